@@ -1,0 +1,65 @@
+"""Every error colab_resume raises on purpose.
+
+Each message names the problem and the fix, because it is what users will
+paste into a search box. All derive from :class:`ColabResumeError`.
+"""
+
+from __future__ import annotations
+
+
+class ColabResumeError(Exception):
+    """Base class of all errors raised by colab_resume."""
+
+
+# --- storage --------------------------------------------------------------
+
+
+class StorageError(ColabResumeError):
+    """A problem reaching or using the run directory's storage."""
+
+
+class UnsupportedURLError(StorageError, ValueError):
+    """The run directory URL has a scheme we cannot open."""
+
+
+class BucketNotFoundError(StorageError, FileNotFoundError):
+    """The GCS bucket named in the run directory does not exist."""
+
+
+class NoCredentialsError(StorageError):
+    """No Google credentials could be found for a ``gs://`` run directory."""
+
+
+class PermissionDeniedError(StorageError, PermissionError):
+    """The credentials in use may not read or write the bucket."""
+
+
+class StorageUnavailableError(StorageError, ConnectionError):
+    """Transient storage faults outlasted the retry budget."""
+
+
+class CorruptRecordError(StorageError, ValueError):
+    """A record in the run directory is unreadable (bad JSON, too big, bad types)."""
+
+
+# --- run ownership ----------------------------------------------------------
+
+
+class RunInUseError(ColabResumeError):
+    """Another session holds the run and is still beating."""
+
+
+class LeaseRaceError(ColabResumeError):
+    """Another session took the run at the same moment; this one lost."""
+
+
+class FencedError(ColabResumeError):
+    """A newer session took the run; this one must stop writing."""
+
+
+class RunMismatchError(ColabResumeError):
+    """The run directory belongs to a different run than expected."""
+
+
+class HeartbeatError(ColabResumeError):
+    """Heartbeats kept failing; the run may be reported dead to others."""

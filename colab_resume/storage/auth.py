@@ -1,0 +1,129 @@
+"""Google credentials for ``gs://`` run directories.
+
+Order of preference: credentials given explicitly (``storage_options``
+``token=``), those set up by :func:`authenticate`, a storage emulator
+(``STORAGE_EMULATOR_HOST``: anonymous), then application-default
+credentials (``google.auth.default()``), which covers Colab after
+``authenticate_user()``, ``gcloud auth application-default login``,
+``GOOGLE_APPLICATION_CREDENTIALS`` and the metadata server of a Cloud VM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from colab_resume.errors import NoCredentialsError
+
+log = logging.getLogger(__name__)
+
+_authenticated: Any = None  # credentials from authenticate(), used by default
+
+HOW_TO_AUTHENTICATE = (
+    "In Colab run `import colab_resume as cr; cr.authenticate()` (it calls "
+    "google.colab.auth.authenticate_user()). Elsewhere run "
+    "`gcloud auth application-default login`, or set "
+    "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or pass "
+    "storage_options={'token': '/path/to/key.json'}. For a storage emulator "
+    "pass storage_options={'token': 'anon', 'endpoint_url': 'http://host:port'}."
+)
+
+
+def in_colab() -> bool:
+    """True inside a Colab runtime (without importing anything heavy)."""
+    if os.environ.get("COLAB_RELEASE_TAG"):
+        return True
+    try:
+        import google.colab  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def authenticate(project: str | None = None) -> Any:
+    """Obtain Google credentials for GCS and make them the default.
+
+    In Colab this shows Colab's sign-in prompt
+    (``google.colab.auth.authenticate_user``); elsewhere it loads
+    application-default credentials.
+
+    Args:
+        project: the GCP project to bill; defaults to the credentials' own.
+
+    Returns:
+        The ``google.auth`` credentials now used for ``gs://`` run directories.
+
+    Raises:
+        NoCredentialsError: none could be found; the message says how to
+            get some.
+    """
+    global _authenticated
+    if in_colab():
+        from google.colab import auth as colab_auth  # type: ignore[import-not-found]
+
+        colab_auth.authenticate_user(project_id=project)
+    credentials, default_project = _default_credentials()
+    _authenticated = credentials
+    log.info(
+        "authenticated as %s (project %s)",
+        describe_principal(credentials),
+        project or default_project,
+    )
+    return credentials
+
+
+def _default_credentials() -> tuple[Any, str | None]:
+    import google.auth
+    import google.auth.exceptions
+
+    try:
+        return google.auth.default(
+            scopes=["https://www.googleapis.com/auth/devstorage.read_write"]
+        )
+    except google.auth.exceptions.DefaultCredentialsError as exc:
+        raise NoCredentialsError(
+            f"No Google credentials found for Cloud Storage ({exc}). "
+            + HOW_TO_AUTHENTICATE
+        ) from None
+
+
+def gcs_options(storage_options: dict[str, Any]) -> dict[str, Any]:
+    """gcsfs keyword arguments, with credentials filled in where missing.
+
+    Raises:
+        NoCredentialsError: ``gs://`` was asked for and no credentials exist.
+    """
+    options = dict(storage_options)
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+    if emulator and "endpoint_url" not in options:
+        if not emulator.startswith("http"):
+            emulator = "http://" + emulator
+        options["endpoint_url"] = emulator
+    if "token" not in options:
+        if _authenticated is not None:
+            options["token"] = _authenticated
+        elif "endpoint_url" in options:
+            options["token"] = "anon"  # emulators take no credentials
+        else:
+            options["token"], _ = _default_credentials()
+    return options
+
+
+def describe_principal(token: Any) -> str:
+    """Who the credentials act as, for permission-denied messages."""
+    if token is None:
+        return "application-default credentials"
+    if isinstance(token, str):
+        if token == "anon":
+            return "anonymous (token='anon')"
+        if token in ("google_default", "cloud", "cache", "browser"):
+            return f"gcsfs token={token!r}"
+        return f"the service-account key file {token}"
+    email = getattr(token, "service_account_email", None)
+    if email and email != "default":
+        return str(email)
+    account = getattr(token, "account", None)
+    if account:
+        return str(account)
+    return f"{type(token).__name__} credentials (see `gcloud auth list`)"

@@ -1,0 +1,415 @@
+"""The only code that performs I/O on a run directory.
+
+A :class:`Storage` wraps one fsspec filesystem rooted at the run directory
+and offers the handful of operations the protocol needs: small JSON records
+(optionally create-only), file transfer, listing with server-side
+timestamps, deletion, and the server's clock. Every call goes through one
+choke point that retries transient faults and turns permanent ones into
+errors that say what to do.
+
+Knows nothing of TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import email.utils
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import fsspec
+
+from colab_resume.errors import (
+    BucketNotFoundError,
+    CorruptRecordError,
+    PermissionDeniedError,
+    UnsupportedURLError,
+)
+from colab_resume.storage import auth
+from colab_resume.storage.faults import is_forbidden
+from colab_resume.storage.retry import RetryHook, RetryPolicy, call_with_retry
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+GCS_PROTOCOLS = ("gs", "gcs")
+# Records we read back are small; anything bigger is damage or hostility.
+MAX_RECORD_BYTES = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectInfo:
+    """One object of the run directory, as the storage server describes it.
+
+    Attributes:
+        path: path relative to the run directory, with ``/`` separators.
+        size: size in bytes.
+        updated: last modification, seconds since the epoch, by the
+            server's clock.
+        crc32c: the server's CRC32C (base64, GCS style) when it keeps one.
+    """
+
+    path: str
+    size: int
+    updated: float
+    crc32c: str | None = None
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """Split a run directory URL into (protocol, path inside the filesystem).
+
+    Raises:
+        UnsupportedURLError: the scheme is unknown, or its fsspec backend is
+            not installed.
+    """
+    if not isinstance(url, (str, os.PathLike)) or not str(url).strip():
+        raise UnsupportedURLError(
+            f"run_dir must be a non-empty string such as 'gs://bucket/runs/name' "
+            f"or a local path, got {url!r}."
+        )
+    text = os.fspath(url)
+    protocol, _ = fsspec.core.split_protocol(text)
+    protocol = protocol or "file"
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except ValueError:
+        raise UnsupportedURLError(
+            f"Unknown URL scheme {protocol + '://'!r} in run_dir {text!r}. Use "
+            f"'gs://bucket/path' for Google Cloud Storage, a local path, or "
+            f"'memory://name' for tests."
+        ) from None
+    except ImportError as exc:
+        raise UnsupportedURLError(
+            f"run_dir {text!r} needs the fsspec backend for {protocol!r}, which "
+            f"is not installed ({exc}). Install it (for example "
+            f"`pip install s3fs` for s3://) or use a gs:// or local run_dir."
+        ) from None
+    path = cls._strip_protocol(text).rstrip("/")
+    if protocol in GCS_PROTOCOLS and not path:
+        raise UnsupportedURLError(
+            f"run_dir {text!r} names no bucket. Use 'gs://BUCKET/runs/NAME'."
+        )
+    return protocol, path
+
+
+class Storage:
+    """A run directory on any fsspec filesystem (GCS, local, memory).
+
+    Args:
+        url: the run directory: ``gs://bucket/path``, a local path, or
+            ``memory://path``.
+        storage_options: passed to the fsspec filesystem (for GCS:
+            ``token=``, ``endpoint_url=``, ``project=``...).
+        retry: retry budget for transient faults.
+        on_retry: told about each retried fault (for events).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        on_retry: RetryHook | None = None,
+    ) -> None:
+        self.url = os.fspath(url)
+        self.protocol, self.root = split_url(self.url)
+        self.retry = retry or RetryPolicy()
+        self.on_retry = on_retry
+        options = dict(storage_options or {})
+        if self.is_gcs:
+            options = auth.gcs_options(options)
+            options.setdefault("requests_timeout", 60.0)
+            options.setdefault("use_listings_cache", False)
+            self.principal = auth.describe_principal(options.get("token"))
+        else:
+            self.principal = "the local user"
+        if self.protocol == "file":
+            options.setdefault("auto_mkdir", True)
+            self.root = os.path.abspath(self.root)
+        options.setdefault("skip_instance_cache", True)
+        self.fs = _filesystem(self.protocol, options)
+
+    # --- naming -------------------------------------------------------------
+
+    @property
+    def is_gcs(self) -> bool:
+        return self.protocol in GCS_PROTOCOLS
+
+    @property
+    def bucket(self) -> str | None:
+        return self.root.split("/", 1)[0] if self.is_gcs else None
+
+    def full(self, rel: str) -> str:
+        """Filesystem path of ``rel`` (relative to the run directory)."""
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def __repr__(self) -> str:
+        return f"Storage({self.url!r})"
+
+    # --- the choke point ----------------------------------------------------
+
+    def _call(self, operation: str, func: Callable[[], T]) -> T:
+        try:
+            return call_with_retry(
+                func,
+                operation=operation,
+                policy=self.retry,
+                refresh_credentials=self._refresh_credentials,
+                on_retry=self.on_retry,
+            )
+        except OSError as exc:
+            if is_forbidden(exc) and not isinstance(exc, PermissionDeniedError):
+                raise self._permission_denied(operation, exc) from None
+            raise
+
+    def _refresh_credentials(self) -> None:
+        credentials = getattr(self.fs, "credentials", None)
+        refresh = getattr(credentials, "maybe_refresh", None)
+        if refresh is not None:
+            try:
+                refresh(refresh=True)
+            except Exception as exc:  # the retry will report the real fault
+                log.warning("storage: refreshing credentials failed: %s", exc)
+
+    def _permission_denied(
+        self, operation: str, exc: BaseException
+    ) -> PermissionDeniedError:
+        where = f"bucket 'gs://{self.bucket}'" if self.is_gcs else self.url
+        return PermissionDeniedError(
+            f"Permission denied to {operation} in {where} for {self.principal} "
+            f"({exc}). Grant that principal read/write access (for GCS: "
+            f"`gcloud storage buckets add-iam-policy-binding gs://{self.bucket} "
+            f"--member=<principal> --role=roles/storage.objectAdmin`) or "
+            f"authenticate as an account that has it."
+        )
+
+    # --- checks -------------------------------------------------------------
+
+    def check(self) -> None:
+        """Verify the bucket exists and is ours to use (GCS; a no-op elsewhere).
+
+        Raises:
+            BucketNotFoundError, PermissionDeniedError, NoCredentialsError.
+        """
+        if self.is_gcs:
+            self._bucket_headers()
+
+    def _bucket_headers(self) -> dict[str, str]:
+        try:
+            headers, _ = self._call(
+                f"read the bucket gs://{self.bucket}",
+                lambda: self.fs.call("GET", "b/{}", self.bucket),
+            )
+        except FileNotFoundError:
+            raise BucketNotFoundError(
+                f"The bucket 'gs://{self.bucket}' of run_dir {self.url!r} does "
+                f"not exist (or is in another project). Create it with "
+                f"`gcloud storage buckets create gs://{self.bucket} "
+                f"--location=<region near your runtime>` or fix the name."
+            ) from None
+        return dict(headers)
+
+    def server_time(self) -> float:
+        """Now, by the storage server's clock (seconds since the epoch).
+
+        Liveness compares object timestamps with this rather than with the
+        reader's clock, so a reader whose clock is off reaches the same
+        verdict. GCS: the ``Date`` header of a bucket request (1 s
+        resolution). Local and memory: this machine's clock, which is the
+        clock that stamped the files.
+        """
+        if not self.is_gcs:
+            return time.time()
+        date = self._bucket_headers().get("Date")
+        if not date:
+            log.warning("storage: no Date header from the server; using local clock")
+            return time.time()
+        return email.utils.parsedate_to_datetime(date).timestamp()
+
+    # --- reading ------------------------------------------------------------
+
+    def exists(self, rel: str) -> bool:
+        return self._call(f"check {rel}", lambda: self.fs.exists(self.full(rel)))
+
+    def read_bytes(self, rel: str, *, max_bytes: int | None = None) -> bytes:
+        """Read an object whole; at most ``max_bytes`` (CorruptRecordError beyond).
+
+        Raises:
+            FileNotFoundError: no such object.
+        """
+        path = self.full(rel)
+        if max_bytes is None:
+            return self._call(f"read {rel}", lambda: self.fs.cat_file(path))
+        data = self._call(
+            f"read {rel}", lambda: self.fs.cat_file(path, start=0, end=max_bytes + 1)
+        )
+        if len(data) > max_bytes:
+            raise CorruptRecordError(
+                f"{self.url}/{rel} is larger than {max_bytes} bytes; it is not a "
+                f"record colab_resume wrote. Delete or move it."
+            )
+        return data
+
+    def read_json(self, rel: str, *, max_bytes: int = MAX_RECORD_BYTES) -> dict:
+        """Read a JSON object record. The content is treated as untrusted.
+
+        Raises:
+            FileNotFoundError: no such object.
+            CorruptRecordError: too big, not JSON, or not a JSON object.
+        """
+        data = self.read_bytes(rel, max_bytes=max_bytes)
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptRecordError(
+                f"{self.url}/{rel} is not valid JSON ({exc}); it was damaged or "
+                f"written by something else. Delete it to let the run continue."
+            ) from None
+        if not isinstance(value, dict):
+            raise CorruptRecordError(
+                f"{self.url}/{rel} holds a JSON {type(value).__name__}, expected "
+                f"an object. Delete it to let the run continue."
+            )
+        return value
+
+    def info(self, rel: str) -> ObjectInfo:
+        """Metadata of one object. Raises FileNotFoundError if absent."""
+        raw = self._call(f"stat {rel}", lambda: self.fs.info(self.full(rel)))
+        return self._object_info(raw)
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """All objects under ``prefix`` (recursively), sorted by path."""
+        path = self.full(prefix)
+
+        def find() -> dict:
+            try:
+                return self.fs.find(path, detail=True, withdirs=False)
+            except FileNotFoundError:
+                return {}
+
+        found = self._call(f"list {prefix or '/'}", find)
+        objects = (self._object_info(raw) for raw in found.values())
+        # Skip the temporary files of local writes still in progress.
+        visible = (o for o in objects if not o.path.rsplit("/", 1)[-1].startswith(".tmp-"))
+        return sorted(visible, key=lambda item: item.path)
+
+    def _object_info(self, raw: dict) -> ObjectInfo:
+        name = raw["name"]
+        rel = name[len(self.root) + 1 :] if name.startswith(self.root + "/") else name
+        return ObjectInfo(
+            path=rel,
+            size=int(raw.get("size") or 0),
+            updated=_timestamp(raw),
+            crc32c=raw.get("crc32c"),
+        )
+
+    def get_file(self, rel: str, local_path: str) -> None:
+        """Download one object to a local file."""
+        self._call(
+            f"download {rel}", lambda: self.fs.get_file(self.full(rel), local_path)
+        )
+
+    # --- writing ------------------------------------------------------------
+
+    def write_bytes(self, rel: str, data: bytes, *, create_only: bool = False) -> None:
+        """Write an object whole, atomically replacing any previous version.
+
+        Args:
+            create_only: fail with FileExistsError if the object exists
+                (GCS ``ifGenerationMatch=0``; locally an atomic hard link).
+        """
+        path = self.full(rel)
+        verb = "create" if create_only else "write"
+        if self.protocol == "file":
+            self._call(f"{verb} {rel}", lambda: _local_write(path, data, create_only))
+            return
+        mode = "create" if create_only else "overwrite"
+        try:
+            self._call(
+                f"{verb} {rel}", lambda: self.fs.pipe_file(path, data, mode=mode)
+            )
+        except FileNotFoundError:
+            # GCS answers a write into a missing bucket with 404.
+            self.check()
+            raise
+
+    def write_json(self, rel: str, value: dict, *, create_only: bool = False) -> None:
+        data = json.dumps(value, indent=1, sort_keys=True).encode("utf-8")
+        self.write_bytes(rel, data, create_only=create_only)
+
+    def put_file(self, local_path: str, rel: str) -> None:
+        """Upload one local file (not atomic on its own: commit with a marker)."""
+        self._call(
+            f"upload {rel}", lambda: self.fs.put_file(local_path, self.full(rel))
+        )
+
+    def delete(self, rel: str) -> None:
+        """Delete one object; deleting what is already gone is not an error."""
+
+        def rm() -> None:
+            try:
+                self.fs.rm_file(self.full(rel))
+            except FileNotFoundError:
+                pass
+
+        self._call(f"delete {rel}", rm)
+
+
+def _filesystem(protocol: str, options: dict[str, Any]) -> Any:
+    if protocol in GCS_PROTOCOLS:
+        # The plain gcsfs class, not the one `gcsfs.GCSFileSystem` may alias:
+        # with GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT on (the default) that one
+        # probes each bucket's type over gRPC, which costs a 60 s timeout per
+        # bucket against an emulator. Our protocol needs no HNS features.
+        from gcsfs.core import GCSFileSystem
+
+        return GCSFileSystem(**options)
+    return fsspec.filesystem(protocol, **options)
+
+
+def _timestamp(raw: dict) -> float:
+    """Modification time from an fsspec info dict, whichever backend made it."""
+    for key in ("updated", "mtime", "created", "LastModified"):
+        value = raw.get(key)
+        if value is None:
+            continue
+        if isinstance(value, datetime.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=datetime.timezone.utc)
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return 0.0
+
+
+def _local_write(path: str, data: bytes, create_only: bool) -> None:
+    """Write via a temporary file so readers never see half a record.
+
+    Create-only uses ``os.link``, which fails atomically if the target
+    exists; overwrite uses ``os.replace``.
+    """
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if create_only:
+            os.link(tmp, path)  # FileExistsError if someone else was first
+        else:
+            os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

