@@ -4,6 +4,18 @@ Importing this package never imports TensorFlow.
 """
 
 from colab_resume._version import __version__
+from colab_resume.events import Event, EventLog
+from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions
+from colab_resume.status import inspect
 from colab_resume.storage import authenticate
 
-__all__ = ["__version__", "authenticate"]
+__all__ = [
+    "Event",
+    "EventLog",
+    "RunSession",
+    "RunStatus",
+    "SessionOptions",
+    "__version__",
+    "authenticate",
+    "inspect",
+]

@@ -12,6 +12,7 @@ Knows nothing of TensorFlow.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import email.utils
@@ -153,6 +154,16 @@ class Storage:
 
     def __repr__(self) -> str:
         return f"Storage({self.url!r})"
+
+    def with_retry(self, retry: RetryPolicy) -> Storage:
+        """The same run directory and connection under another retry budget.
+
+        The heartbeat uses this so one beat's retries never outlast the
+        interval between beats.
+        """
+        clone = copy.copy(self)
+        clone.retry = retry
+        return clone
 
     # --- the choke point ----------------------------------------------------
 

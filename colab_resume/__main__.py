@@ -1,0 +1,5 @@
+import sys
+
+from colab_resume.cli import main
+
+sys.exit(main())

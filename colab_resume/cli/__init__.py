@@ -1,0 +1,144 @@
+"""``colab-resume``: inspect runs from anywhere, without TensorFlow.
+
+    colab-resume status RUN_DIR [--json]
+    colab-resume watch RUN_DIR [--interval S] [--on-dead CMD]
+    colab-resume ls RUN_DIR [--json]
+    colab-resume prune RUN_DIR --keep N
+    colab-resume demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from colab_resume._version import __version__
+from colab_resume.errors import ColabResumeError
+
+
+def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if args.endpoint_url:
+        options["endpoint_url"] = args.endpoint_url
+    if args.token:
+        options["token"] = args.token
+    if args.project:
+        options["project"] = args.project
+    return options
+
+
+def _open(args: argparse.Namespace):  # -> Storage; imported lazily for speed
+    from colab_resume.storage import Storage
+
+    return Storage(args.run_dir, _storage_options(args))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from colab_resume.cli.watch import one_line
+    from colab_resume.heartbeat.liveness import read_status
+
+    status = read_status(_open(args), dead_after=args.dead_after)
+    if args.json:
+        print(json.dumps(status.to_json(), indent=1))
+    else:
+        print(f"{status.run_dir}\n  {one_line(status)}")
+        if status.session_id:
+            print(
+                f"  holder: session {status.session_id} on {status.host}, "
+                f"accelerator {status.accelerator or '-'}, "
+                f"dead after {status.dead_after_s:.0f}s of silence"
+            )
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from colab_resume.cli.watch import watch
+
+    if not args.interval > 0:
+        raise SystemExit("colab-resume watch: --interval must be > 0 seconds")
+    return watch(
+        _open(args),
+        interval=args.interval,
+        on_dead=args.on_dead,
+        dead_after=args.dead_after,
+    )
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from colab_resume.cli.listing import collect, render
+
+    listing = collect(_open(args))
+    print(json.dumps(listing, indent=1) if args.json else render(listing))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from colab_resume.demo import main as demo_main
+
+    return demo_main(run_dir=args.run_dir)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="colab-resume",
+        description="Inspect colab_resume training runs from anywhere.",
+    )
+    parser.add_argument("--version", action="version", version=__version__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_run_dir(name: str, help_text: str) -> argparse.ArgumentParser:
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        cmd.add_argument("run_dir", metavar="RUN_DIR", help="gs://bucket/path or a path")
+        cmd.add_argument("--endpoint-url", help="GCS endpoint (e.g. an emulator)")
+        cmd.add_argument("--token", help="gcsfs token: 'anon' or a key file path")
+        cmd.add_argument("--project", help="GCP project")
+        return cmd
+
+    status = with_run_dir("status", "Is the run alive, stalled, dead or finished?")
+    status.add_argument("--json", action="store_true", help="print RunStatus as JSON")
+    status.add_argument("--dead-after", type=float, help="override the holder's threshold")
+    status.set_defaults(func=cmd_status)
+
+    watch = with_run_dir("watch", "Follow a run; exit 0 COMPLETED, 3 DEAD, 4 FAILED.")
+    watch.add_argument("--interval", type=float, default=5.0, help="seconds between polls")
+    watch.add_argument("--dead-after", type=float, help="override the holder's threshold")
+    watch.add_argument(
+        "--on-dead",
+        metavar="CMD",
+        help="command run (without a shell) when the run is DEAD or FAILED; it "
+        "gets COLAB_RESUME_STATE, COLAB_RESUME_STEP, ... in its environment",
+    )
+    watch.set_defaults(func=cmd_watch)
+
+    ls = with_run_dir("ls", "List leases, heartbeats and checkpoints.")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_ls)
+
+    demo = sub.add_parser("demo", help="Train, die silently, detect it, resume.")
+    demo.add_argument("--run-dir", help="where to put the demo run (default: a temp dir)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return args.func(args)
+    except ColabResumeError as exc:
+        print(f"colab-resume: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

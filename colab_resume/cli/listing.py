@@ -1,0 +1,137 @@
+"""What ``colab-resume ls`` shows: the run directory, sorted into the protocol's parts."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+from colab_resume import rundir
+from colab_resume.errors import CorruptRecordError
+from colab_resume.heartbeat.lease import list_leases, read_lease
+from colab_resume.heartbeat.records import BeatRecord, RunRecord, parse
+from colab_resume.storage import ObjectInfo, Storage
+
+
+@dataclasses.dataclass
+class CheckpointEntry:
+    step: int
+    lease: int
+    committed: bool
+    files: int
+    bytes: int
+
+
+def collect(storage: Storage) -> dict[str, Any]:
+    """Everything in the run directory, as JSON-able data."""
+    storage.check()
+    objects = storage.list()
+    out: dict[str, Any] = {"run_dir": storage.url, "run": None, "leases": []}
+    try:
+        run = parse(RunRecord, storage.read_json(rundir.RUN_RECORD), rundir.RUN_RECORD)
+        out["run"] = dataclasses.asdict(run)
+    except FileNotFoundError:
+        pass
+    except CorruptRecordError as exc:
+        out["run"] = {"error": str(exc)}
+    beats = {o.path: o for o in objects if o.path.startswith(rundir.HEARTBEAT_DIR + "/")}
+    for number, info in list_leases(storage):
+        entry: dict[str, Any] = {"lease": number, "created": info.updated}
+        try:
+            entry.update(dataclasses.asdict(read_lease(storage, number)))
+        except CorruptRecordError as exc:
+            entry["error"] = str(exc)
+        beat_path = rundir.heartbeat_path(number)
+        if beat_path in beats:
+            entry["heartbeat_updated"] = beats[beat_path].updated
+            try:
+                beat = parse(BeatRecord, storage.read_json(beat_path), beat_path)
+                entry["heartbeat"] = {
+                    "beat": beat.beat,
+                    "state": beat.state,
+                    "step": beat.step,
+                }
+            except CorruptRecordError as exc:
+                entry["heartbeat"] = {"error": str(exc)}
+        out["leases"].append(entry)
+    out["checkpoints"] = [dataclasses.asdict(c) for c in checkpoints(objects)]
+    out["done"] = any(o.path == rundir.DONE_RECORD for o in objects)
+    return out
+
+
+def checkpoints(objects: list[ObjectInfo]) -> list[CheckpointEntry]:
+    """Checkpoint directories found among ``objects``, by (step, lease)."""
+    found: dict[rundir.CheckpointName, CheckpointEntry] = {}
+    for info in objects:
+        parts = info.path.split("/")
+        if len(parts) < 3 or parts[0] != rundir.CHECKPOINT_DIR:
+            continue
+        name = rundir.CheckpointName.parse(parts[1])
+        if name is None:
+            continue
+        entry = found.setdefault(name, CheckpointEntry(name.step, name.lease, False, 0, 0))
+        if parts[2] == rundir.MANIFEST and len(parts) == 3:
+            entry.committed = True
+        else:
+            entry.files += 1
+            entry.bytes += info.size
+    return [found[name] for name in sorted(found)]
+
+
+def render(listing: dict[str, Any]) -> str:
+    """Human-readable text of :func:`collect`'s result."""
+    lines = [f"run dir   {listing['run_dir']}"]
+    run = listing["run"]
+    if run is None:
+        lines.append("run.json  absent (no session has taken this run)")
+    elif "error" in run:
+        lines.append(f"run.json  UNREADABLE: {run['error']}")
+    else:
+        lines.append(
+            f"run.json  run {run['run_id']}, created {_when(run['created_at'])}, "
+            f"colab_resume {run['package_version']}"
+        )
+    lines.append("leases")
+    if not listing["leases"]:
+        lines.append("  (none)")
+    for lease in listing["leases"]:
+        if "session_id" in lease:
+            text = (
+                f"  {lease['lease']:>4}  session {lease['session_id']} on "
+                f"{lease['host']} (pid {lease['pid']}), taken {_when(lease['created'])}"
+            )
+        else:
+            text = f"  {lease['lease']:>4}  UNREADABLE: {lease.get('error')}"
+        beat = lease.get("heartbeat")
+        if beat and "error" not in beat:
+            text += (
+                f"; beat {beat['beat']} {beat['state']} at step {beat['step']}, "
+                f"{_when(lease['heartbeat_updated'])}"
+            )
+        elif beat:
+            text += f"; heartbeat UNREADABLE: {beat['error']}"
+        lines.append(text)
+    lines.append("checkpoints")
+    if not listing["checkpoints"]:
+        lines.append("  (none)")
+    for ckpt in listing["checkpoints"]:
+        mark = "committed  " if ckpt["committed"] else "UNCOMMITTED"
+        lines.append(
+            f"  step {ckpt['step']:>9}  lease {ckpt['lease']:>4}  {mark}  "
+            f"{ckpt['files']} files, {_size(ckpt['bytes'])}"
+        )
+    lines.append(f"DONE.json {'present' if listing['done'] else 'absent'}")
+    return "\n".join(lines)
+
+
+def _when(timestamp: float) -> str:
+    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    return f"{n} B"  # pragma: no cover

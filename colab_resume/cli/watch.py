@@ -1,0 +1,91 @@
+"""``colab-resume watch``: a live one-line view that exits when the run ends.
+
+Exit codes: 0 COMPLETED, 3 DEAD, 4 FAILED. ``--on-dead CMD`` runs an alert
+command when the run is DEAD or FAILED. The command is split like a shell
+would (``shlex``) but never run through a shell, and the run's facts reach
+it only as environment variables (``COLAB_RESUME_STATE``,
+``COLAB_RESUME_STEP``...), so nothing read from the run directory can
+inject shell syntax.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import IO
+
+from colab_resume.errors import StorageError
+from colab_resume.heartbeat import liveness
+from colab_resume.heartbeat.liveness import RunStatus
+from colab_resume.storage import Storage
+
+EXIT_CODES = {liveness.COMPLETED: 0, liveness.DEAD: 3, liveness.FAILED: 4}
+
+
+def one_line(status: RunStatus) -> str:
+    age = "-" if status.heartbeat_age_s is None else f"{status.heartbeat_age_s:.0f}s"
+    return (
+        f"{status.state:<9} step {status.step if status.step is not None else '-'}"
+        f"  ckpt {status.checkpoint_step if status.checkpoint_step is not None else '-'}"
+        f"  beat {age} ago  lease {status.lease}  {status.detail}"
+    )
+
+
+def alert_environment(status: RunStatus) -> dict[str, str]:
+    """The run's facts as ``COLAB_RESUME_*`` variables for the alert command."""
+    env = dict(os.environ)
+    for key, value in status.to_json().items():
+        env[f"COLAB_RESUME_{key.upper()}"] = "" if value is None else str(value)
+    return env
+
+
+def run_alert(command: str, status: RunStatus) -> int:
+    """Run the user's alert command without a shell; returns its exit code."""
+    argv = shlex.split(command)
+    if not argv:
+        return 0
+    try:
+        return subprocess.run(argv, env=alert_environment(status), check=False).returncode
+    except OSError as exc:
+        print(f"colab-resume: could not run --on-dead command {argv[0]!r}: {exc}",
+              file=sys.stderr)
+        return 127
+
+
+def watch(
+    storage: Storage,
+    *,
+    interval: float,
+    on_dead: str | None,
+    dead_after: float | None = None,
+    out: IO[str] = sys.stdout,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Poll the run until it is COMPLETED, DEAD or FAILED; returns the exit code."""
+    live = out.isatty()
+    last_printed = ""
+    while True:
+        try:
+            status = liveness.read_status(storage, dead_after=dead_after)
+        except StorageError as exc:
+            print(f"\nstorage unreachable, retrying: {exc}", file=sys.stderr)
+            sleep(interval)
+            continue
+        line = one_line(status)
+        if live:
+            out.write("\r\033[K" + line)
+            out.flush()
+        elif status.state != last_printed:  # logs get a line per state change
+            print(line, file=out, flush=True)
+            last_printed = status.state
+        if status.state in EXIT_CODES:
+            if live:
+                out.write("\n")
+            if on_dead and status.state in (liveness.DEAD, liveness.FAILED):
+                run_alert(on_dead, status)
+            return EXIT_CODES[status.state]
+        sleep(interval)

@@ -1,0 +1,28 @@
+"""Who owns a run and whether it is alive: leases, heartbeats, liveness."""
+
+from colab_resume.heartbeat.liveness import (
+    ALIVE,
+    COMPLETED,
+    DEAD,
+    FAILED,
+    NEW,
+    STALLED,
+    STATES,
+    RunStatus,
+    read_status,
+)
+from colab_resume.heartbeat.session import RunSession, SessionOptions
+
+__all__ = [
+    "ALIVE",
+    "COMPLETED",
+    "DEAD",
+    "FAILED",
+    "NEW",
+    "STALLED",
+    "STATES",
+    "RunSession",
+    "RunStatus",
+    "SessionOptions",
+    "read_status",
+]

@@ -1,0 +1,68 @@
+"""Lease epochs: who owns the run (DESIGN §4).
+
+A session owns the run when it created the highest ``lease/NNNNNNNN.json``.
+Leases are created one number above the highest one seen, create-only,
+so of several sessions racing for the same number exactly one wins.
+Because nobody can create lease N+2 without having seen N+1, a holder of
+lease N learns it was superseded from one cheap existence check of N+1.
+"""
+
+from __future__ import annotations
+
+from colab_resume import rundir
+from colab_resume.errors import LeaseRaceError
+from colab_resume.heartbeat.records import LeaseRecord, parse, to_json
+from colab_resume.storage import ObjectInfo, Storage
+
+
+def list_leases(storage: Storage) -> list[tuple[int, ObjectInfo]]:
+    """Every lease object, ascending by number."""
+    found = []
+    for info in storage.list(rundir.LEASE_DIR + "/"):
+        number = rundir.parse_lease_name(info.path.rsplit("/", 1)[-1])
+        if number is not None:
+            found.append((number, info))
+    return sorted(found, key=lambda pair: pair[0])
+
+
+def current_lease(storage: Storage) -> int:
+    """The highest lease number taken so far; 0 when the run is new."""
+    leases = list_leases(storage)
+    return leases[-1][0] if leases else 0
+
+
+def read_lease(storage: Storage, lease: int) -> LeaseRecord:
+    path = rundir.lease_path(lease)
+    return parse(LeaseRecord, storage.read_json(path), f"{storage.url}/{path}")
+
+
+def take_lease(storage: Storage, record: LeaseRecord) -> None:
+    """Create ``record.lease``, create-only.
+
+    Raises:
+        LeaseRaceError: another session created that lease number first.
+    """
+    path = rundir.lease_path(record.lease)
+    try:
+        storage.write_json(path, to_json(record), create_only=True)
+    except FileExistsError:
+        winner = _describe_winner(storage, record.lease)
+        raise LeaseRaceError(
+            f"Another session ({winner}) took lease {record.lease} of "
+            f"{storage.url} at the same moment; this session writes nothing and "
+            f"stops. Only one session may train a run: stop the other one, or "
+            f"run again with takeover=True to take the run from it."
+        ) from None
+
+
+def is_superseded(storage: Storage, lease: int) -> bool:
+    """True once some session has taken a lease above ``lease``."""
+    return storage.exists(rundir.lease_path(lease + 1))
+
+
+def _describe_winner(storage: Storage, lease: int) -> str:
+    try:
+        winner = read_lease(storage, lease)
+    except Exception:  # the refusal matters more than who won
+        return "unknown session"
+    return f"session {winner.session_id} on {winner.host}"

@@ -1,0 +1,201 @@
+"""Is the run alive? The verdict, judged from storage alone (DESIGN §4).
+
+Ages are measured between two readings of the *storage server's* clock:
+the heartbeat object's ``updated`` time and the server's "now". The
+reader's own clock never enters, so a laptop whose clock is minutes off
+reaches the same verdict as the training VM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from colab_resume import rundir
+from colab_resume.errors import CorruptRecordError
+from colab_resume.heartbeat.lease import list_leases, read_lease
+from colab_resume.heartbeat.records import BeatRecord, LeaseRecord, parse
+from colab_resume.storage import ObjectInfo, Storage
+
+log = logging.getLogger(__name__)
+
+NEW = "NEW"
+ALIVE = "ALIVE"
+STALLED = "STALLED"
+DEAD = "DEAD"
+COMPLETED = "COMPLETED"
+FAILED = "FAILED"
+STATES = (NEW, ALIVE, STALLED, DEAD, COMPLETED, FAILED)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStatus:
+    """What anyone can learn about a run from its run directory.
+
+    Attributes:
+        state: NEW, ALIVE, STALLED, DEAD, COMPLETED or FAILED.
+        step: the holder's last reported training step.
+        checkpoint_step: the newest committed checkpoint's step.
+        heartbeat_age_s: seconds since the holder's last sign of life, by
+            the storage server's clock.
+        lease: the highest lease number (0: never taken).
+        session_id: the session holding that lease.
+        host: the machine it runs on.
+        accelerator: what it trains on, as it reported.
+        holder_state: what the holder last said it was doing.
+        detail: one line explaining the verdict.
+        dead_after_s: the silence after which the holder counts as dead.
+        run_dir: where the run lives.
+    """
+
+    state: str
+    step: int | None = None
+    checkpoint_step: int | None = None
+    heartbeat_age_s: float | None = None
+    lease: int = 0
+    session_id: str | None = None
+    host: str | None = None
+    accelerator: str | None = None
+    holder_state: str | None = None
+    detail: str = ""
+    dead_after_s: float | None = None
+    run_dir: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def judge(
+    *,
+    done: bool,
+    lease: LeaseRecord | None,
+    beat: BeatRecord | None,
+    age: float | None,
+    dead_after: float,
+    stall_after: float,
+) -> tuple[str, str]:
+    """The verdict and its one-line reason. Pure; see the module docstring.
+
+    Args:
+        done: DONE.json exists.
+        lease: the highest lease, if any (None: never taken or unreadable).
+        beat: that lease's last heartbeat, if any.
+        age: seconds since the last sign of life (beat, else lease).
+        dead_after: silence that makes the holder dead.
+        stall_after: time without step progress that makes it stalled.
+    """
+    if done:
+        return COMPLETED, "training finished (DONE.json written)"
+    if age is None:
+        return NEW, "no session has taken this run yet"
+    if beat is not None and beat.state == "failed":
+        return FAILED, f"the holder stopped on an error: {beat.error or 'unknown'}"
+    if beat is not None and beat.state == "stopped":
+        return DEAD, "the holder stopped cleanly; the run can be taken at once"
+    if age > dead_after:
+        return DEAD, f"no heartbeat for {age:.0f}s (dead after {dead_after:.0f}s)"
+    if beat is None:
+        return ALIVE, "lease taken, first heartbeat not yet written"
+    if beat.state == "training" and beat.since_progress_s + age > stall_after:
+        idle = beat.since_progress_s + age
+        return STALLED, (
+            f"heartbeats arrive but the step has not moved for {idle:.0f}s "
+            f"(stalled after {stall_after:.0f}s)"
+        )
+    return ALIVE, f"{beat.state}, last heartbeat {age:.0f}s ago"
+
+
+@dataclasses.dataclass(frozen=True)
+class HolderView:
+    """The raw facts behind a verdict, for sessions deciding whether to wait."""
+
+    lease: int
+    lease_record: LeaseRecord | None
+    beat: BeatRecord | None
+    beat_info: ObjectInfo | None
+    last_sign: float | None  # server time of the last sign of life
+    problems: tuple[str, ...] = ()
+
+
+def read_holder(storage: Storage) -> HolderView:
+    """Read the highest lease and its heartbeat; damaged records become problems."""
+    problems: list[str] = []
+    leases = list_leases(storage)
+    if not leases:
+        return HolderView(0, None, None, None, None)
+    number, lease_info = leases[-1]
+    record: LeaseRecord | None = None
+    try:
+        record = read_lease(storage, number)
+    except CorruptRecordError as exc:
+        problems.append(str(exc))
+    beat, beat_info = None, None
+    path = rundir.heartbeat_path(number)
+    try:
+        beat_info = storage.info(path)
+        beat = parse(BeatRecord, storage.read_json(path), f"{storage.url}/{path}")
+    except FileNotFoundError:
+        pass
+    except CorruptRecordError as exc:
+        problems.append(str(exc))
+    last_sign = max(lease_info.updated, beat_info.updated if beat_info else 0.0)
+    return HolderView(number, record, beat, beat_info, last_sign, tuple(problems))
+
+
+def committed_checkpoint_step(storage: Storage) -> int | None:
+    """Step of the newest checkpoint whose manifest exists."""
+    steps = []
+    for info in storage.list(rundir.CHECKPOINT_DIR + "/"):
+        parts = info.path.split("/")
+        if len(parts) == 3 and parts[2] == rundir.MANIFEST:
+            name = rundir.CheckpointName.parse(parts[1])
+            if name is not None:
+                steps.append(name.step)
+    return max(steps) if steps else None
+
+
+def read_status(
+    storage: Storage,
+    *,
+    dead_after: float | None = None,
+    stall_after: float | None = None,
+) -> RunStatus:
+    """Judge the run in ``storage``; thresholds default to the holder's own.
+
+    Raises:
+        BucketNotFoundError, PermissionDeniedError, StorageUnavailableError.
+    """
+    storage.check()
+    done = storage.exists(rundir.DONE_RECORD)
+    holder = read_holder(storage)
+    age = None
+    if holder.last_sign is not None:
+        age = max(0.0, storage.server_time() - holder.last_sign)
+    record, beat = holder.lease_record, holder.beat
+    dead_after = dead_after or (record.dead_after_seconds if record else 120.0)
+    stall_after = stall_after or (record.stall_after_seconds if record else 600.0)
+    state, detail = judge(
+        done=done,
+        lease=record,
+        beat=beat,
+        age=age,
+        dead_after=dead_after,
+        stall_after=stall_after,
+    )
+    if holder.problems:
+        detail += "; " + "; ".join(holder.problems)
+    return RunStatus(
+        state=state,
+        step=beat.step if beat else None,
+        checkpoint_step=committed_checkpoint_step(storage),
+        heartbeat_age_s=None if age is None else round(age, 1),
+        lease=holder.lease,
+        session_id=record.session_id if record else (beat.session_id if beat else None),
+        host=record.host if record else (beat.host if beat else None),
+        accelerator=beat.accelerator if beat else None,
+        holder_state=beat.state if beat else None,
+        detail=detail,
+        dead_after_s=dead_after,
+        run_dir=storage.url,
+    )

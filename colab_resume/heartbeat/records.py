@@ -1,0 +1,140 @@
+"""The JSON records of ownership: the run, its leases, their heartbeats.
+
+Records read back from storage are untrusted input: another version of
+this package, a person with an editor, or damage may have written them.
+:func:`parse` checks every field's type and raises
+:class:`~colab_resume.errors.CorruptRecordError` naming the object and the
+field, instead of letting a ``KeyError`` escape from deep inside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, TypeVar
+
+from colab_resume.errors import CorruptRecordError
+
+R = TypeVar("R")
+
+# Holder states written into beats. Liveness (ALIVE, DEAD, ...) is judged
+# by readers; these say what the holder itself believes it is doing.
+HOLDER_STATES = (
+    "starting",  # lease taken, building / restoring
+    "training",
+    "paused",
+    "recovering",  # accelerator lost, reconnecting in the same process
+    "stopped",  # left cleanly; the run can be taken at once
+    "completed",
+    "failed",  # unrecoverable error, recorded in `error`
+    "fenced",  # a newer session took the run
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """``run.json``: written once, create-only, by the first session."""
+
+    run_id: str
+    created_at: float
+    package_version: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LeaseRecord:
+    """``lease/NNNNNNNN.json``: one per session that took the run.
+
+    The timing settings are recorded so a reader anywhere judges liveness
+    with the thresholds the holder promised to meet.
+    """
+
+    lease: int
+    session_id: str
+    host: str
+    pid: int
+    created_at: float
+    package_version: str
+    heartbeat_seconds: float
+    dead_after_seconds: float
+    stall_after_seconds: float
+    took_over_from: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BeatRecord:
+    """``heartbeat/NNNNNNNN.json``: overwritten by the lease holder every beat.
+
+    ``since_progress_s`` is measured on the holder's monotonic clock, so
+    STALLED can be judged without comparing two machines' wall clocks.
+    """
+
+    session_id: str
+    host: str
+    lease: int
+    beat: int
+    state: str
+    step: int | None
+    progress_at: float | None  # holder's wall clock at the last step change
+    since_progress_s: float
+    written_at: float  # holder's wall clock; informative only
+    accelerator: str | None = None
+    checkpoint_step: int | None = None
+    error: str | None = None
+
+
+def to_json(record: Any) -> dict[str, Any]:
+    return dataclasses.asdict(record)
+
+
+def parse(cls: type[R], data: dict[str, Any], where: str) -> R:
+    """Build record ``cls`` from untrusted JSON ``data`` read from ``where``.
+
+    Unknown keys are ignored (newer writers may add fields).
+
+    Raises:
+        CorruptRecordError: a field is missing or has the wrong type.
+    """
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if field.name not in data:
+            if field.default is not dataclasses.MISSING:
+                continue
+            raise CorruptRecordError(
+                f"{where} lacks the field {field.name!r}; it was damaged or written "
+                f"by an incompatible version. Delete it or upgrade colab_resume."
+            )
+        value = data[field.name]
+        if not _matches(value, hints[field.name]):
+            raise CorruptRecordError(
+                f"{where}: field {field.name!r} has {type(value).__name__} "
+                f"{_short(value)}, expected {hints[field.name]}. The record is "
+                f"damaged; delete it or upgrade colab_resume."
+            )
+        values[field.name] = float(value) if hints[field.name] is float else value
+    record = cls(**values)
+    state = getattr(record, "state", None)
+    if state is not None and state not in HOLDER_STATES:
+        raise CorruptRecordError(
+            f"{where}: unknown holder state {_short(state)}; expected one of "
+            f"{', '.join(HOLDER_STATES)}."
+        )
+    return record
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_matches(value, arm) for arm in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

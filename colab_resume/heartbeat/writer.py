@@ -1,0 +1,205 @@
+"""The lease holder's heartbeat: a background thread that never blocks training.
+
+Every ``interval`` seconds the writer checks whether a newer lease exists
+(then it is *fenced*: it stops and writes nothing more) and overwrites
+``heartbeat/<lease>.json`` with what the training loop last reported.
+Storage faults cost retries within one interval; when beats keep failing
+the writer says so through events and :attr:`HeartbeatWriter.last_error`,
+and keeps trying — it never dies silently and never kills training.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from colab_resume import rundir
+from colab_resume.events import EventLog
+from colab_resume.heartbeat.lease import is_superseded
+from colab_resume.heartbeat.records import HOLDER_STATES, BeatRecord, LeaseRecord, to_json
+from colab_resume.storage import RetryPolicy, Storage
+
+log = logging.getLogger(__name__)
+
+# Consecutive failed beats before the failure is reported as an error.
+FAILURES_BEFORE_ERROR = 3
+
+
+class HeartbeatWriter:
+    """Writes the holder's beats on a daemon thread.
+
+    Args:
+        storage: the run directory.
+        lease: the lease this session holds.
+        events: where failures, recoveries and fencing are reported.
+        clock: wall clock (recorded in beats for humans).
+        monotonic: monotonic clock (measures time since step progress).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        lease: LeaseRecord,
+        events: EventLog,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval = lease.heartbeat_seconds
+        # One beat's retries must not outlast the interval to the next one.
+        self._storage = storage.with_retry(
+            RetryPolicy(
+                total_seconds=max(self.interval, 2.0),
+                initial_seconds=min(0.5, self.interval / 4),
+                max_seconds=max(self.interval / 2, 0.5),
+            )
+        )
+        self._lease = lease
+        self._events = events
+        self._clock = clock
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._beats = 0
+        self._fields: dict[str, Any] = {
+            "state": "starting",
+            "step": None,
+            "accelerator": None,
+            "checkpoint_step": None,
+            "error": None,
+        }
+        self._progress_at: float | None = None
+        self._progress_mono = monotonic()
+        self.failures = 0  # consecutive failed beats
+        self.last_error: BaseException | None = None
+        self.fenced_by: int | None = None
+
+    # --- what the training loop tells us --------------------------------------
+
+    def update(self, **fields: Any) -> None:
+        """Record new values for the next beat (cheap; training thread).
+
+        Accepts ``state``, ``step``, ``accelerator``, ``checkpoint_step``,
+        ``error``. A change of ``step`` counts as progress.
+        """
+        unknown = set(fields) - set(self._fields)
+        if unknown:
+            raise TypeError(f"unknown heartbeat fields: {sorted(unknown)}")
+        state = fields.get("state")
+        if state is not None and state not in HOLDER_STATES:
+            raise ValueError(f"state must be one of {HOLDER_STATES}, got {state!r}")
+        with self._lock:
+            if "step" in fields and fields["step"] != self._fields["step"]:
+                self._progress_at = self._clock()
+                self._progress_mono = self._monotonic()
+            self._fields.update(fields)
+
+    @property
+    def fenced(self) -> bool:
+        return self.fenced_by is not None
+
+    @property
+    def healthy(self) -> bool:
+        """False while beats are failing."""
+        return self.failures == 0
+
+    # --- lifecycle ------------------------------------------------------------
+
+    def start(self) -> None:
+        """Write the first beat now (errors propagate), then beat in the background."""
+        self._beat()
+        self._thread = threading.Thread(
+            target=self._run, name=f"colab-resume-heartbeat-{self._lease.lease}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, final_state: str | None = None, error: str | None = None) -> None:
+        """Stop the thread; write one last beat with ``final_state`` unless fenced."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 30)
+        if final_state is not None and not self.fenced:
+            self.update(state=final_state, error=error)
+            try:
+                self._beat()
+            except Exception as exc:
+                self._events.emit(
+                    "heartbeat.failed",
+                    f"could not write the final heartbeat ({final_state}): {exc}",
+                    level="warning",
+                )
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if self.fenced:
+                return
+            try:
+                self._beat()
+            except Exception as exc:
+                self._record_failure(exc)
+            else:
+                self._record_success()
+
+    # --- one beat --------------------------------------------------------------
+
+    def _beat(self) -> None:
+        lease = self._lease.lease
+        if is_superseded(self._storage, lease):
+            self._fence()
+            return
+        with self._lock:
+            self._beats += 1
+            fields = dict(self._fields)
+            since_progress = self._monotonic() - self._progress_mono
+            record = BeatRecord(
+                session_id=self._lease.session_id,
+                host=self._lease.host,
+                lease=lease,
+                beat=self._beats,
+                progress_at=self._progress_at,
+                since_progress_s=round(since_progress, 3),
+                written_at=self._clock(),
+                **fields,
+            )
+        self._storage.write_json(rundir.heartbeat_path(lease), to_json(record))
+
+    def _fence(self) -> None:
+        if self.fenced:
+            return
+        self.fenced_by = self._lease.lease + 1
+        self._stop.set()
+        self._events.emit(
+            "lease.fenced",
+            f"a newer session took lease {self.fenced_by}; this session "
+            f"(lease {self._lease.lease}) stops writing",
+            level="error",
+            lease=self._lease.lease,
+            fenced_by=self.fenced_by,
+        )
+
+    def _record_failure(self, exc: BaseException) -> None:
+        self.failures += 1
+        self.last_error = exc
+        silent_for = self.failures * self.interval
+        level = "error" if self.failures >= FAILURES_BEFORE_ERROR else "warning"
+        self._events.emit(
+            "heartbeat.failed",
+            f"heartbeat {self.failures} in a row failed ({type(exc).__name__}: "
+            f"{exc}); silent for ~{silent_for:.0f}s, others judge this run dead "
+            f"after {self._lease.dead_after_seconds:.0f}s. Training continues.",
+            level=level,
+            failures=self.failures,
+        )
+
+    def _record_success(self) -> None:
+        if self.failures:
+            self._events.emit(
+                "heartbeat.recovered",
+                f"heartbeat written again after {self.failures} failed beats",
+            )
+        self.failures = 0
+        self.last_error = None

@@ -1,0 +1,35 @@
+"""``cr.inspect``: a run's status from anywhere, without TensorFlow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from colab_resume.heartbeat.liveness import RunStatus, read_status
+from colab_resume.storage import Storage
+
+
+def inspect(
+    run_dir: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    dead_after_seconds: float | None = None,
+) -> RunStatus:
+    """Judge a run from its run directory: NEW, ALIVE, STALLED, DEAD, COMPLETED, FAILED.
+
+    Ages come from the storage server's clock, so the verdict does not
+    depend on this machine's clock. Never imports TensorFlow.
+
+    Args:
+        run_dir: the run directory (``gs://bucket/runs/name`` or a path).
+        storage_options: passed to fsspec (``token=``, ``endpoint_url=``).
+        dead_after_seconds: override the holder's own dead-after threshold.
+
+    Returns:
+        The run's :class:`RunStatus`.
+
+    Raises:
+        UnsupportedURLError, BucketNotFoundError, NoCredentialsError,
+        PermissionDeniedError: the run directory cannot be read; the
+        message says how to fix it.
+    """
+    return read_status(Storage(run_dir, storage_options), dead_after=dead_after_seconds)
