@@ -109,9 +109,11 @@ def call_with_retry(
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(is_transient),
         stop=stop,
-        wait=tenacity.wait_exponential_jitter(
-            initial=policy.initial_seconds, max=policy.max_seconds
-        ),
+        # Spelled with the long-standing API so tenacity 8.x works too.
+        wait=tenacity.wait_exponential(
+            multiplier=policy.initial_seconds, max=policy.max_seconds
+        )
+        + tenacity.wait_random(0, policy.initial_seconds),
         before_sleep=before_sleep,
         sleep=sleep,
         reraise=False,

@@ -243,7 +243,8 @@ class Storage:
         if not date:
             log.warning("storage: no Date header from the server; using local clock")
             return time.time()
-        return email.utils.parsedate_to_datetime(date).timestamp()
+        # Date is truncated to whole seconds: the midpoint is the unbiased guess.
+        return email.utils.parsedate_to_datetime(date).timestamp() + 0.5
 
     # --- reading ------------------------------------------------------------
 

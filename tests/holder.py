@@ -1,0 +1,70 @@
+"""A lease holder in its own process, for tests that kill it for real.
+
+    python tests/holder.py RUN_DIR --endpoint URL [--heartbeat S] [--mode M]
+
+Modes: ``train`` advances the step; ``stall`` beats without progress;
+``race`` tries to take the run once and reports WON or LOST (for lease
+races). Prints ``READY <lease>`` once it holds the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("run_dir")
+    parser.add_argument("--endpoint")
+    parser.add_argument("--heartbeat", type=float, default=0.5)
+    parser.add_argument("--dead-after", type=float, default=None)
+    parser.add_argument("--stall-after", type=float, default=600.0)
+    parser.add_argument("--mode", choices=["train", "stall", "race"], default="train")
+    parser.add_argument("--takeover", action="store_true")
+    parser.add_argument("--start-at", type=float, default=None,
+                        help="wall-clock time to start at (lines up racers)")
+    args = parser.parse_args()
+
+    from colab_resume.errors import LeaseRaceError, RunInUseError
+    from colab_resume.heartbeat import RunSession, SessionOptions
+    from colab_resume.storage import Storage
+
+    options = {"token": "anon", "endpoint_url": args.endpoint} if args.endpoint else None
+    storage = Storage(args.run_dir, options)
+    session_options = SessionOptions(
+        heartbeat_seconds=args.heartbeat,
+        dead_after_seconds=args.dead_after,
+        stall_after_seconds=args.stall_after,
+        takeover=args.takeover,
+    )
+    storage.check()  # warm the connection so racers start together
+    if args.start_at:
+        time.sleep(max(0.0, args.start_at - time.time()))
+    try:
+        session = RunSession.open(storage, session_options)
+    except (LeaseRaceError, RunInUseError) as exc:
+        print(f"LOST {type(exc).__name__}: {exc}", flush=True)
+        return 0
+    # Racers that win keep holding (and beating) until the test kills them,
+    # so a late racer meets a live holder rather than a released run.
+    print(f"{'WON' if args.mode == 'race' else 'READY'} {session.lease}", flush=True)
+    step = 0
+    while True:
+        if args.mode in ("train", "race"):
+            step += 1
+        session.update(state="training", step=step)
+        try:
+            session.check()
+        except Exception as exc:
+            print(f"FENCED {exc}", flush=True)
+            return 5
+        time.sleep(0.02)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
