@@ -1,0 +1,157 @@
+"""The ``colab-resume`` command line, run as users run it: in its own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from processes import holder
+
+from colab_resume import rundir
+from colab_resume.cli import main
+from colab_resume.heartbeat import RunSession, SessionOptions
+from colab_resume.storage import Storage
+
+CLI = [sys.executable, "-m", "colab_resume"]
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        CLI + list(args), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def endpoint_args(emulator) -> list[str]:
+    return ["--endpoint-url", emulator.url, "--token", "anon"]
+
+
+def test_status_json_says_dead_after_the_holder_is_killed(gcs_run_dir, emulator):
+    proc = holder(gcs_run_dir, emulator.url, "--heartbeat", "0.3", "--dead-after", "1.5")
+    proc.expect("READY")
+    alive = run_cli("status", gcs_run_dir, "--json", *endpoint_args(emulator))
+    assert alive.returncode == 0, alive.stderr
+    assert json.loads(alive.stdout)["state"] == "ALIVE"
+    proc.kill()
+    time.sleep(1.5 + 0.3 + 0.5)
+    dead = run_cli("status", gcs_run_dir, "--json", *endpoint_args(emulator))
+    status = json.loads(dead.stdout)
+    assert status["state"] == "DEAD"
+    for key in ("state", "step", "checkpoint_step", "heartbeat_age_s", "lease",
+                "session_id", "host", "accelerator"):
+        assert key in status
+
+
+def test_status_answers_fast_without_tensorflow(gcs_run_dir, emulator, gcs_options):
+    session = RunSession.open(
+        Storage(gcs_run_dir, gcs_options), SessionOptions(heartbeat_seconds=5)
+    )
+    code = (
+        "import sys, time, json, io, contextlib\n"
+        "from colab_resume.cli import main\n"
+        "start = time.perf_counter()\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    rc = main(['status', {gcs_run_dir!r}, '--json', '--endpoint-url', "
+        f"{emulator.url!r}, '--token', 'anon'])\n"
+        "print(json.dumps({'rc': rc, 'seconds': time.perf_counter() - start,\n"
+        "  'tf': 'tensorflow' in sys.modules, 'state': json.loads(out.getvalue())['state']}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    session.close()
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["rc"] == 0 and report["state"] == "ALIVE"
+    assert report["tf"] is False
+    assert report["seconds"] < 1.0, report
+
+
+def test_watch_exits_3_on_dead_and_alerts_without_a_shell(
+    gcs_run_dir, emulator, tmp_path
+):
+    proc = holder(gcs_run_dir, emulator.url, "--heartbeat", "0.3", "--dead-after", "1.5")
+    proc.expect("READY")
+    facts = tmp_path / "facts.json"
+    pwned = tmp_path / "pwned"
+    dump = (
+        "import json, os, sys; open(sys.argv[1], 'w').write(json.dumps("
+        "{k: v for k, v in os.environ.items() if k.startswith('COLAB_RESUME_')}))"
+    )
+    # A shell would run the $(...) and create `pwned`; we pass it as a plain argument.
+    on_dead = f"{sys.executable} -c \"{dump}\" {facts} '$(touch {pwned})'"
+    watcher = subprocess.Popen(
+        CLI + ["watch", gcs_run_dir, "--interval", "0.2", "--on-dead", on_dead,
+               *endpoint_args(emulator)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(1.0)
+    assert watcher.poll() is None  # still watching a live run
+    proc.kill()
+    out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 3, (out, err)
+    assert "ALIVE" in out and "DEAD" in out
+    env = json.loads(facts.read_text())
+    assert env["COLAB_RESUME_STATE"] == "DEAD"
+    assert env["COLAB_RESUME_LEASE"] == "1"
+    assert env["COLAB_RESUME_RUN_DIR"] == gcs_run_dir
+    assert not pwned.exists()
+
+
+def test_watch_exits_0_on_completed(gcs_run_dir, emulator, gcs_options):
+    session = RunSession.open(
+        Storage(gcs_run_dir, gcs_options), SessionOptions(heartbeat_seconds=5)
+    )
+    session.complete()
+    result = run_cli("watch", gcs_run_dir, "--interval", "0.2", *endpoint_args(emulator))
+    assert result.returncode == 0, result.stderr
+    assert "COMPLETED" in result.stdout
+
+
+def test_ls_shows_leases_and_committed_and_uncommitted_checkpoints(
+    gcs_run_dir, gcs_options, emulator
+):
+    storage = Storage(gcs_run_dir, gcs_options)
+    session = RunSession.open(storage, SessionOptions(heartbeat_seconds=5))
+    session.update(state="training", step=300)
+    done = rundir.CheckpointName(step=200, lease=1)
+    storage.write_bytes(f"{done.path}/ckpt.data-00000-of-00001", b"x" * 2000)
+    storage.write_json(done.manifest_path, {"step": 200})
+    partial = rundir.CheckpointName(step=300, lease=1)
+    storage.write_bytes(f"{partial.path}/ckpt.data-00000-of-00001", b"x" * 10)
+    session.close()
+    result = run_cli("ls", gcs_run_dir, *endpoint_args(emulator))
+    assert result.returncode == 0, result.stderr
+    assert "session " + session.session_id in result.stdout
+    assert "step       200  lease    1  committed" in result.stdout
+    assert "step       300  lease    1  UNCOMMITTED" in result.stdout
+    listing = json.loads(run_cli("ls", gcs_run_dir, "--json", *endpoint_args(emulator)).stdout)
+    assert [c["committed"] for c in listing["checkpoints"]] == [True, False]
+    assert listing["leases"][0]["heartbeat"]["state"] == "stopped"
+
+
+def test_bad_url_is_a_one_line_error_naming_the_fix(capsys):
+    assert main(["status", "foo://bucket/run"]) == 1
+    err = capsys.readouterr().err
+    assert "Unknown URL scheme 'foo://'" in err and "gs://bucket/path" in err
+
+
+def test_missing_bucket_names_the_create_command(emulator, capsys):
+    rc = main(["status", "gs://no-such-bucket-here/run", "--endpoint-url", emulator.url,
+               "--token", "anon"])
+    assert rc == 1
+    assert "gcloud storage buckets create gs://no-such-bucket-here" in capsys.readouterr().err
+
+
+def test_demo_runs(tmp_path):
+    result = subprocess.run(
+        CLI + ["demo", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "refused, as it should be" in result.stdout
+    assert "status: DEAD after" in result.stdout
+    assert "new session took lease 2" in result.stdout

@@ -1,0 +1,108 @@
+"""The verdict rules and untrusted records, on fast in-memory run directories."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+import colab_resume as cr
+from colab_resume import rundir
+from colab_resume.errors import CorruptRecordError
+from colab_resume.heartbeat import RunSession, SessionOptions, liveness
+from colab_resume.heartbeat.records import BeatRecord, LeaseRecord, parse, to_json
+from colab_resume.storage import Storage
+
+
+def memory_run() -> str:
+    return f"memory://runs/{uuid.uuid4().hex}"
+
+
+def beat(**overrides) -> BeatRecord:
+    fields = dict(session_id="s", host="h", lease=1, beat=3, state="training", step=7,
+                  progress_at=1.0, since_progress_s=0.0, written_at=1.0)
+    fields.update(overrides)
+    return BeatRecord(**fields)
+
+
+LEASE = LeaseRecord(lease=1, session_id="s", host="h", pid=1, created_at=0.0,
+                    package_version="0", heartbeat_seconds=30.0,
+                    dead_after_seconds=120.0, stall_after_seconds=600.0)
+
+
+@pytest.mark.parametrize(
+    ("done", "the_beat", "age", "expected"),
+    [
+        (True, beat(), 5.0, "COMPLETED"),
+        (True, None, 9999.0, "COMPLETED"),
+        (False, None, None, "NEW"),
+        (False, None, 10.0, "ALIVE"),
+        (False, beat(), 10.0, "ALIVE"),
+        (False, beat(), 121.0, "DEAD"),
+        (False, beat(state="stopped"), 1.0, "DEAD"),
+        (False, beat(state="failed", error="OOM"), 1.0, "FAILED"),
+        (False, beat(since_progress_s=590.0), 20.0, "STALLED"),
+        (False, beat(state="paused", since_progress_s=5000.0), 20.0, "ALIVE"),
+        (False, beat(state="starting", since_progress_s=5000.0), 20.0, "ALIVE"),
+    ],
+)
+def test_verdicts(done, the_beat, age, expected):
+    state, detail = liveness.judge(done=done, lease=LEASE, beat=the_beat, age=age,
+                                   dead_after=120.0, stall_after=600.0)
+    assert state == expected
+    assert detail
+
+
+def test_record_with_wrong_types_names_the_field():
+    data = to_json(beat())
+    data["step"] = "seven"
+    with pytest.raises(CorruptRecordError, match="'step'.*expected"):
+        parse(BeatRecord, data, "heartbeat/00000001.json")
+    del data["step"]
+    with pytest.raises(CorruptRecordError, match="lacks the field 'step'"):
+        parse(BeatRecord, data, "heartbeat/00000001.json")
+    with pytest.raises(CorruptRecordError, match="unknown holder state"):
+        parse(BeatRecord, to_json(beat(state="dancing")), "hb")
+
+
+def test_damaged_heartbeat_is_reported_not_a_crash():
+    url = memory_run()
+    storage = Storage(url)
+    session = RunSession.open(storage, SessionOptions(heartbeat_seconds=60))
+    storage.write_bytes(rundir.heartbeat_path(1), b"{not json")
+    status = cr.inspect(url)
+    assert status.state == "ALIVE"  # its timestamp still says it beat just now
+    assert "not valid JSON" in status.detail
+    storage.write_bytes(rundir.heartbeat_path(1), b"[" * 10 + b"]" * 10)
+    assert "expected an object" in cr.inspect(url).detail
+    storage.write_bytes(rundir.heartbeat_path(1), b" " * (2 << 20))
+    assert "larger than" in cr.inspect(url).detail
+    session.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"heartbeat_seconds": 0}, "heartbeat_seconds must be > 0"),
+        ({"heartbeat_seconds": 10, "dead_after_seconds": 5}, "must exceed heartbeat"),
+        ({"stall_after_seconds": -1}, "stall_after_seconds must be > 0"),
+    ],
+)
+def test_session_options_are_validated(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SessionOptions(**kwargs)
+
+
+def test_default_dead_after_is_four_beats():
+    assert SessionOptions(heartbeat_seconds=30).dead_after == 120
+
+
+def test_local_run_directory_round_trip(tmp_path):
+    url = str(tmp_path / "run")
+    session = RunSession.open(Storage(url), SessionOptions(heartbeat_seconds=60))
+    session.update(state="training", step=3, accelerator="cpu")
+    session.writer._beat()
+    status = cr.inspect(url)
+    assert (status.state, status.step, status.accelerator) == ("ALIVE", 3, "cpu")
+    session.close()
+    assert cr.inspect(url).holder_state == "stopped"
