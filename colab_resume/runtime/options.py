@@ -1,0 +1,90 @@
+"""What ``connect`` accepts, checked up front."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from colab_resume.runtime.errors import ConnectOptionError
+
+PREFER = ("auto", "tpu", "gpu", "cpu")
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+
+
+def _choices(values: tuple[str, ...]) -> str:
+    return ", ".join(repr(v) for v in values)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConnectOptions:
+    """How to pick and set up the accelerator.
+
+    Attributes:
+        prefer: ``"auto"`` tries TPU, then GPU, then CPU, warning when it
+            falls back; ``"tpu"``, ``"gpu"`` or ``"cpu"`` force one kind.
+        cpu_replicas: on the CPU, split it into this many logical devices
+            under a ``MirroredStrategy`` (rehearse multi-replica TPU code).
+        precision: ``"auto"`` (``mixed_bfloat16`` on TPU, ``float32`` on GPU
+            and CPU), or a Keras policy name set as the global policy.
+        tpu: override the ``TPUClusterResolver(tpu=...)`` target (``"local"``,
+            a TPU name, ``"grpc://ip:port"``); None: from detection.
+        deadline_seconds: give up connecting to the TPU after this long.
+        initial_backoff_seconds: first wait between TPU connection attempts.
+        max_backoff_seconds: cap of one wait.
+        max_attempts: give up after this many attempts (None: deadline only).
+    """
+
+    prefer: str = "auto"
+    cpu_replicas: int = 1
+    precision: str = "auto"
+    tpu: str | None = None
+    deadline_seconds: float = 300.0
+    initial_backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 30.0
+    max_attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.prefer not in PREFER:
+            raise ConnectOptionError(
+                f"prefer must be one of {_choices(PREFER)}, got {self.prefer!r}. "
+                f"Use prefer='auto' to take the best accelerator found."
+            )
+        if self.precision not in PRECISIONS:
+            raise ConnectOptionError(
+                f"precision must be one of {_choices(PRECISIONS)}, got "
+                f"{self.precision!r}. Use precision='auto' for mixed_bfloat16 on "
+                f"TPU and float32 elsewhere."
+            )
+        replicas = self.cpu_replicas
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise ConnectOptionError(
+                f"cpu_replicas must be an integer >= 1, got {replicas!r}. Use 1 for "
+                f"one CPU device, or e.g. 2 to rehearse a 2-replica strategy."
+            )
+        if self.tpu is not None and not isinstance(self.tpu, str):
+            raise ConnectOptionError(
+                f"tpu must be a string or None, got {self.tpu!r}. Use tpu='local' "
+                f"on a TPU VM, or the TPU's name."
+            )
+        for name in (
+            "deadline_seconds",
+            "initial_backoff_seconds",
+            "max_backoff_seconds",
+        ):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or value <= 0
+            ):
+                raise ConnectOptionError(
+                    f"{name} must be a number of seconds > 0, got {value!r}."
+                )
+        if self.max_attempts is not None and (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or self.max_attempts < 1
+        ):
+            raise ConnectOptionError(
+                f"max_attempts must be an integer >= 1 or None, got "
+                f"{self.max_attempts!r}."
+            )
