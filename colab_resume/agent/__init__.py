@@ -1,0 +1,6 @@
+"""The Agent: training that resumes exactly after a session dies or an accelerator drops."""
+
+from colab_resume.agent.core import Agent
+from colab_resume.agent.options import AgentOptions
+
+__all__ = ["Agent", "AgentOptions"]

@@ -1,0 +1,395 @@
+"""The Agent: owns a run's lifecycle, from taking the lease to DONE.json.
+
+Outer loop (this module), once per ``fit``/``run`` call:
+
+1. connect to the accelerator; if the run is COMPLETED, restore and return;
+2. take the run (watch a recent holder, refuse a live one unless
+   ``takeover``; wait out a silent one with a countdown);
+3. build everything inside a fresh ``strategy.scope()``, restore the newest
+   valid checkpoint, position the data, train;
+4. on an accelerator loss: reconnect, and go back to 3 (bounded, with
+   backoff) — the same bitwise result as if nothing happened;
+5. at the end: a final checkpoint, wait for its commit, DONE.json.
+
+Inner loop duties (heartbeat, triggers, pause/stop) live in
+:mod:`colab_resume.agent.steps`; the Keras and custom-loop drivers in
+:mod:`~colab_resume.agent.keras_fit` and :mod:`~colab_resume.agent.custom_loop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from colab_resume import rundir
+from colab_resume.agent.controls import Controls
+from colab_resume.agent.custom_loop import CustomLoop
+from colab_resume.agent.keras_fit import KerasFit
+from colab_resume.agent.options import AgentOptions
+from colab_resume.agent.steps import StepDuties
+from colab_resume.checkpoint import CheckpointManager, SaveTriggers, TriggerOptions
+from colab_resume.errors import FencedError
+from colab_resume.events import EventLog
+from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_status
+from colab_resume.heartbeat.lease import current_lease
+from colab_resume.runtime import Accelerator, ConnectOptions, Connection, vm_age
+from colab_resume.runtime.loss import is_accelerator_loss
+from colab_resume.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    """Makes a training run survive the hardware vanishing under it.
+
+    Args:
+        run_dir: where the run lives: ``gs://bucket/runs/name``, a local
+            path, or any fsspec URL.
+        **options: the fields of :class:`AgentOptions` — ``save_every_steps``,
+            ``save_every_seconds``, ``keep``, ``heartbeat_seconds``,
+            ``dead_after_seconds``, ``takeover``, ``storage_options``,
+            ``prefer``, ``cpu_replicas``, ``precision``...
+
+    Raises:
+        ValueError: a bad option (the message names it and the fix).
+        UnsupportedURLError: ``run_dir`` has a scheme we cannot open.
+    """
+
+    def __init__(self, run_dir: str, **options: Any) -> None:
+        self.options = AgentOptions(**options)
+        self.run_dir = run_dir
+        self.events = EventLog()
+        self.storage = Storage(
+            run_dir, self.options.storage_options, on_retry=self._storage_retried
+        )
+        self.controls = Controls()
+        self.accelerator = Accelerator(
+            ConnectOptions(
+                prefer=self.options.prefer,
+                cpu_replicas=self.options.cpu_replicas,
+                precision=self.options.precision,
+            ),
+            events=self.events,
+        )
+        self.model: Any = None
+        self.state: dict[str, Any] | None = None
+        self.session: RunSession | None = None
+        self.checkpoints: CheckpointManager | None = None
+        self.recoveries = 0
+        self._duties: StepDuties | None = None
+
+    # --- the accelerator --------------------------------------------------------------
+
+    def connect(self) -> Any:
+        """Connect to the accelerator (once); returns the ``tf.distribute.Strategy``."""
+        if self.accelerator.strategy is None:
+            self.accelerator.connect()
+        return self.accelerator.strategy
+
+    @property
+    def connection(self) -> Connection | None:
+        return self.accelerator.connection
+
+    # --- training -------------------------------------------------------------------
+
+    def fit(
+        self,
+        build_model: Callable[[], Any],
+        make_dataset: Callable[..., Any],
+        *,
+        epochs: int,
+        steps_per_epoch: int,
+        callbacks: Sequence[Any] | None = None,
+        verbose: Any = "auto",
+    ) -> Any:
+        """Train a Keras model to the end, resuming exactly wherever it stopped.
+
+        Args:
+            build_model: returns a compiled ``keras.Model``; called inside a
+                fresh ``strategy.scope()`` at every start and recovery.
+            make_dataset: ``make_dataset(epoch)`` returns a ``tf.data.Dataset``
+                of global batches, the same for the same epoch. It may take a
+                ``skip`` keyword to skip batches cheaply, index-first.
+            epochs: total epochs of the run.
+            steps_per_epoch: batches per epoch.
+            callbacks: Keras callbacks; ``on_train_begin``/``on_train_end``
+                are delivered once per call, as in ``model.fit``.
+            verbose: passed to ``model.fit``.
+
+        Returns:
+            A ``keras.callbacks.History`` covering the whole run, across
+            restarts. The trained model is :attr:`model`.
+        """
+        driver = KerasFit(
+            build_model,
+            make_dataset,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callbacks,
+            verbose=verbose,
+        )
+        self._drive(driver, lambda start, duties: driver.train(start, duties))
+        self.model = driver.model
+        driver.history.set_model(driver.model)
+        return driver.history
+
+    def run(
+        self,
+        build_state: Callable[[], dict[str, Any]],
+        make_dataset: Callable[..., Any],
+        train_step: Callable[[dict[str, Any], Any], Any],
+        *,
+        total_steps: int,
+        steps_per_epoch: int,
+    ) -> dict[str, Any]:
+        """Run a custom training loop with the same guarantees as :meth:`fit`.
+
+        See :mod:`colab_resume.agent.custom_loop` for the three functions.
+
+        Returns:
+            The state dict from ``build_state``, trained (also :attr:`state`).
+        """
+        driver = CustomLoop(
+            build_state,
+            make_dataset,
+            train_step,
+            total_steps=total_steps,
+            steps_per_epoch=steps_per_epoch,
+        )
+        self._drive(driver, lambda start, duties: driver.train(start, duties, self.connect()))
+        self.state = driver.state
+        return driver.state
+
+    # --- steering (any thread; acted on between steps) -------------------------------
+
+    def save_now(self) -> None:
+        """Checkpoint at the next step boundary."""
+        self.controls.request_save()
+
+    def pause(self) -> None:
+        """Checkpoint and hold at the next step boundary (heartbeats go on)."""
+        self.controls.pause()
+
+    def resume(self) -> None:
+        self.controls.resume()
+
+    def stop(self) -> None:
+        """Checkpoint and stop cleanly at the next step boundary."""
+        self.controls.stop()
+
+    def status(self) -> RunStatus:
+        """The run's status as anyone would read it from storage."""
+        return read_status(self.storage)
+
+    # --- the outer loop -------------------------------------------------------------------
+
+    def _drive(self, driver: Any, train: Callable[[int, StepDuties], None]) -> None:
+        strategy = self.connect()
+        self.controls.reset()
+        if self.storage.exists(rundir.DONE_RECORD):
+            self._load_completed(driver, strategy)
+            return
+        session = RunSession.open(
+            self.storage,
+            SessionOptions(
+                heartbeat_seconds=self.options.heartbeat_seconds,
+                dead_after_seconds=self.options.dead_after_seconds,
+                stall_after_seconds=self.options.stall_after_seconds,
+                takeover=self.options.takeover,
+            ),
+            events=self.events,
+        )
+        connection = self.connection
+        session.update(accelerator=connection.label if connection else None)
+        manager = CheckpointManager(
+            self.storage,
+            lease=session.lease,
+            fence=session.fence,
+            events=self.events,
+            keep=self.options.keep,
+            keep_every_steps=self.options.keep_every_steps,
+            io_device=connection.io_device if connection else None,
+        )
+        self.session, self.checkpoints = session, manager
+        try:
+            with _graceful_sigterm(self.controls):
+                self._train_with_recovery(driver, train, session, manager)
+            self._finish(driver, session, manager)
+        except FencedError:
+            session.close("fenced")
+            raise
+        except BaseException as exc:
+            self._last_save_if_safe(manager)
+            if isinstance(exc, KeyboardInterrupt):
+                session.close("stopped")
+            else:
+                session.close("failed", error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                manager.close()
+
+    def _train_with_recovery(
+        self,
+        driver: Any,
+        train: Callable[[int, StepDuties], None],
+        session: RunSession,
+        manager: CheckpointManager,
+    ) -> None:
+        while True:
+            strategy = self.accelerator.strategy
+            try:
+                with strategy.scope():
+                    driver.build()
+                info = manager.restore(driver.state)
+                start = driver.restored(info)
+                self._duties = self._make_duties(driver, session, manager, start)
+                session.update(state="training", step=start)
+                if start < driver.total_steps:
+                    train(start, self._duties)
+                return
+            except Exception as exc:
+                if not is_accelerator_loss(exc):
+                    raise
+                if self.recoveries >= self.options.max_recoveries:
+                    self.events.emit(
+                        "recovery.gave_up",
+                        f"accelerator lost again after {self.recoveries} recoveries",
+                        level="error",
+                    )
+                    raise
+                self._recover(exc, session, manager)
+
+    def _recover(
+        self, exc: BaseException, session: RunSession, manager: CheckpointManager
+    ) -> None:
+        self.recoveries += 1
+        step = self._duties.step if self._duties else None
+        session.update(state="recovering")
+        self.events.emit(
+            "recovery.started",
+            f"accelerator lost ({type(exc).__name__}: {str(exc)[:200]}); "
+            f"recovery {self.recoveries} of {self.options.max_recoveries}",
+            level="warning",
+            step=step,
+        )
+        # The upload in flight is host-side work: let it commit, so the
+        # restore below loses as little as possible.
+        manager.wait()
+        with contextlib.suppress(Exception):
+            manager.check()
+        time.sleep(self.options.recovery_backoff_seconds * 2 ** (self.recoveries - 1))
+        self.accelerator.reconnect()
+        self.events.emit(
+            "recovery.reconnected",
+            "reconnected; rebuilding in a fresh strategy scope and restoring",
+            step=step,
+        )
+
+    def _make_duties(
+        self, driver: Any, session: RunSession, manager: CheckpointManager, start: int
+    ) -> StepDuties:
+        age = vm_age()
+        triggers = SaveTriggers(
+            TriggerOptions(
+                every_steps=self.options.save_every_steps,
+                every_seconds=self.options.save_every_seconds,
+                lifetime_seconds=self.options.lifetime_seconds,
+                boot_time=time.time() - age.seconds if age else None,
+            ),
+            start_step=start,
+        )
+        duties = StepDuties(
+            session=session,
+            manager=manager,
+            triggers=triggers,
+            controls=self.controls,
+            events=self.events,
+            snapshot=driver.snapshot,
+        )
+        duties.step = start
+        return duties
+
+    def _finish(self, driver: Any, session: RunSession, manager: CheckpointManager) -> None:
+        duties = self._duties
+        assert duties is not None
+        duties.save(duties.step, reason="final")
+        manager.wait()
+        manager.check()
+        stopped = self.controls.stop_requested and duties.step < driver.total_steps
+        if stopped:
+            session.close("stopped")
+            self.events.emit("run.stopped", f"stopped at step {duties.step}", step=duties.step)
+        else:
+            session.complete({"final_step": duties.step})
+
+    def _last_save_if_safe(self, manager: CheckpointManager) -> None:
+        """After an error: save the last complete step, if it is not half-applied."""
+        duties = self._duties
+        if duties is None or not duties.consistent:
+            return
+        try:
+            duties.save(duties.step, reason="error")
+            manager.wait()
+            manager.check()
+        except Exception as exc:
+            self.events.emit(
+                "checkpoint.final_failed",
+                f"could not save after the error: {type(exc).__name__}: {exc}",
+                level="warning",
+                step=duties.step,
+            )
+
+    def _load_completed(self, driver: Any, strategy: Any) -> None:
+        """The run finished before: rebuild and restore the final state."""
+        with strategy.scope():
+            driver.build()
+        reader = CheckpointManager(
+            self.storage,
+            lease=max(1, current_lease(self.storage)),
+            fence=_never_write,
+            events=self.events,
+        )
+        try:
+            driver.restored(reader.restore(driver.state))
+        finally:
+            reader.close()
+        self.events.emit("run.already_completed", "the run had completed; restored its final state")
+
+    def _storage_retried(
+        self, operation: str, attempt: int, exc: BaseException, delay: float
+    ) -> None:
+        self.events.emit(
+            "storage.retry",
+            f"{operation}: {type(exc).__name__}: {str(exc)[:200]}; retry {attempt} "
+            f"in {delay:.1f}s",
+            level="warning",
+        )
+
+
+def _never_write() -> None:
+    raise FencedError("this reader of a completed run never writes")
+
+
+@contextlib.contextmanager
+def _graceful_sigterm(controls: Controls) -> Iterator[None]:
+    """SIGTERM asks for a clean stop (checkpoint first) instead of killing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        log.warning("SIGTERM: checkpointing and stopping at the next step")
+        controls.stop()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,140 @@
+"""``agent.run``: the same guarantees for hand-written training steps.
+
+The user gives three functions:
+
+- ``build_state()`` — called inside a fresh ``strategy.scope()``; returns a
+  dict of the trackables to save (``{"model": m, "optimizer": opt, ...}``);
+- ``make_dataset(epoch)`` — global batches, deterministic per epoch;
+- ``train_step(state, batch)`` — one step *on one replica*: the agent runs
+  it with ``strategy.run`` inside a ``tf.function``, so it sees the
+  per-replica slice of the batch and should scale its loss by the global
+  batch size (``tf.nn.compute_average_loss``). Scalars it returns (a tensor
+  or a dict of them) are averaged over replicas and shown as metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from colab_resume.agent.keras_fit import _check_callable
+from colab_resume.agent.steps import StepDuties
+from colab_resume.checkpoint import RestoredInfo
+from colab_resume.data import check_fingerprint, epoch_dataset, fingerprint, split_step
+from colab_resume.errors import ColabResumeError
+
+
+class StateError(ColabResumeError, ValueError):
+    """``build_state`` returned something the agent cannot checkpoint."""
+
+
+class CustomLoop:
+    """Drives a user's ``train_step`` for :meth:`Agent.run`."""
+
+    def __init__(
+        self,
+        build_state: Callable[[], dict[str, Any]],
+        make_dataset: Callable[..., Any],
+        train_step: Callable[[dict[str, Any], Any], Any],
+        *,
+        total_steps: int,
+        steps_per_epoch: int,
+    ) -> None:
+        _check_callable("build_state", build_state)
+        _check_callable("make_dataset", make_dataset)
+        _check_callable("train_step", train_step)
+        for name, value in (("total_steps", total_steps), ("steps_per_epoch", steps_per_epoch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+        self.build_state = build_state
+        self.make_dataset = make_dataset
+        self.train_step = train_step
+        self.total_steps = total_steps
+        self.steps_per_epoch = steps_per_epoch
+        self.state: dict[str, Any] = {}
+        self.fingerprints: dict[str, str] = {}
+        self.epoch = 0
+        self.last_outputs: Any = None  # tensors; converted only when saved or shown
+
+    def build(self) -> None:
+        state = self.build_state()
+        if not isinstance(state, dict) or not state:
+            raise StateError(
+                f"build_state() returned {type(state).__name__}; it must return a "
+                f"non-empty dict of the things to checkpoint, e.g. "
+                f"{{'model': model, 'optimizer': optimizer}}."
+            )
+        bad = [k for k in state if not isinstance(k, str)]
+        if bad:
+            raise StateError(f"build_state() keys must be strings, got {bad!r}.")
+        self.state = state
+
+    def restored(self, info: RestoredInfo | None) -> int:
+        if info is None:
+            return 0
+        self.fingerprints = dict(info.extras.get("fingerprints") or {})
+        return info.step
+
+    def snapshot(self) -> tuple[Any, int, dict[str, Any], dict[str, Any]]:
+        extras = {"fingerprints": self.fingerprints}
+        return self.state, self.epoch, _metrics(self.last_outputs), extras
+
+    def train(self, start_step: int, duties: StepDuties, strategy: Any) -> None:
+        import tensorflow as tf
+
+        state, user_step = self.state, self.train_step
+
+        @tf.function
+        def distributed_step(iterator: Any) -> Any:
+            outputs = strategy.run(user_step, args=(state, next(iterator)))
+            return tf.nest.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=None), outputs
+            )
+
+        step = start_step
+        start_epoch, skip = split_step(start_step, self.steps_per_epoch)
+        if start_step and str(start_epoch) in self.fingerprints:
+            check_fingerprint(
+                start_epoch, self.fingerprints[str(start_epoch)], self._fingerprint(start_epoch)
+            )
+        epoch = start_epoch
+        while step < self.total_steps:
+            self.epoch = epoch
+            if str(epoch) not in self.fingerprints:
+                self.fingerprints[str(epoch)] = self._fingerprint(epoch)
+                for old in sorted(self.fingerprints, key=int)[:-3]:
+                    del self.fingerprints[old]
+            here = skip if epoch == start_epoch else 0
+            steps = min(self.steps_per_epoch - here, self.total_steps - step)
+            dataset = epoch_dataset(
+                self.make_dataset, epoch, skip=here, steps_per_epoch=here + steps
+            )
+            iterator = iter(strategy.experimental_distribute_dataset(dataset))
+            for _ in range(steps):
+                duties.before_step()
+                outputs = distributed_step(iterator)
+                step += 1
+                # Converting to Python here would wait for the device every step.
+                self.last_outputs = outputs
+                if duties.after_step(step):
+                    return
+            epoch += 1
+
+    def _fingerprint(self, epoch: int) -> str:
+        return fingerprint(epoch_dataset(self.make_dataset, epoch, skip=0, steps_per_epoch=1))
+
+
+def _metrics(outputs: Any) -> dict[str, float]:
+    if outputs is None:
+        return {}
+    if isinstance(outputs, dict):
+        items = outputs.items()
+    else:
+        items = [("loss", outputs)]
+    out = {}
+    for key, value in items:
+        try:
+            out[str(key)] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out

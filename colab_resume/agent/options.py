@@ -1,0 +1,105 @@
+"""The Agent's settings, checked up front (DESIGN §5)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from colab_resume.checkpoint.triggers import DEFAULT_LIFETIME_SECONDS
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AgentOptions:
+    """Everything :class:`~colab_resume.Agent` is configured with.
+
+    Attributes:
+        save_every_steps: checkpoint every N steps (None: no step trigger).
+        save_every_seconds: checkpoint every T seconds (None: no time trigger).
+        keep: newest committed checkpoints to keep.
+        keep_every_steps: also keep every checkpoint at a multiple of this.
+        heartbeat_seconds: interval between heartbeats.
+        dead_after_seconds: silence after which a holder is dead
+            (None: 4 heartbeats).
+        stall_after_seconds: time without step progress reported as STALLED.
+        takeover: take the run even from a live session (it gets fenced).
+        storage_options: passed to fsspec (``token=``, ``endpoint_url=``...).
+        prefer: ``"auto"``, ``"tpu"``, ``"gpu"`` or ``"cpu"``.
+        cpu_replicas: logical CPU devices for a MirroredStrategy rehearsal.
+        precision: ``"auto"``, ``"float32"``, ``"mixed_bfloat16"``,
+            ``"mixed_float16"``.
+        max_recoveries: accelerator losses recovered in one session before
+            giving up.
+        recovery_backoff_seconds: first wait before reconnecting; doubles.
+        lifetime_seconds: save once when the VM is this old (Colab ends
+            runtimes at ~12 h); None disables.
+    """
+
+    save_every_steps: int | None = None
+    save_every_seconds: float | None = 600.0
+    keep: int = 3
+    keep_every_steps: int | None = None
+    heartbeat_seconds: float = 30.0
+    dead_after_seconds: float | None = None
+    stall_after_seconds: float = 600.0
+    takeover: bool = False
+    storage_options: dict[str, Any] | None = None
+    prefer: str = "auto"
+    cpu_replicas: int = 1
+    precision: str = "auto"
+    max_recoveries: int = 3
+    recovery_backoff_seconds: float = 2.0
+    lifetime_seconds: float | None = DEFAULT_LIFETIME_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.save_every_steps is None and self.save_every_seconds is None:
+            raise ValueError(
+                "save_every_steps and save_every_seconds are both None, so no "
+                "checkpoint would ever be written. Set at least one, e.g. "
+                "save_every_seconds=600."
+            )
+        _positive_int(self, "save_every_steps", optional=True)
+        _positive_number(self, "save_every_seconds", optional=True)
+        _positive_int(self, "keep")
+        _positive_int(self, "keep_every_steps", optional=True)
+        _positive_number(self, "heartbeat_seconds")
+        _positive_number(self, "dead_after_seconds", optional=True)
+        _positive_number(self, "stall_after_seconds")
+        _positive_number(self, "recovery_backoff_seconds")
+        _positive_number(self, "lifetime_seconds", optional=True)
+        if not isinstance(self.max_recoveries, int) or self.max_recoveries < 0:
+            raise ValueError(
+                f"max_recoveries must be an int >= 0, got {self.max_recoveries!r}."
+            )
+        if not isinstance(self.takeover, bool):
+            raise ValueError(f"takeover must be True or False, got {self.takeover!r}.")
+        if self.storage_options is not None and not isinstance(
+            self.storage_options, dict
+        ):
+            raise ValueError(
+                f"storage_options must be a dict of fsspec options (e.g. "
+                f"{{'token': 'anon'}}) or None, got {self.storage_options!r}."
+            )
+
+
+def _positive_int(options: AgentOptions, name: str, optional: bool = False) -> None:
+    value = getattr(options, name)
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        tail = " or None" if optional else ""
+        raise ValueError(f"{name} must be an int >= 1{tail}, got {value!r}.")
+
+
+def _positive_number(options: AgentOptions, name: str, optional: bool = False) -> None:
+    value = getattr(options, name)
+    if value is None and optional:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        tail = " or None" if optional else ""
+        raise ValueError(f"{name} must be a number of seconds > 0{tail}, got {value!r}.")

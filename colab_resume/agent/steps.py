@@ -1,0 +1,105 @@
+"""What happens between two training steps: the agent's inner-loop duties.
+
+Called from the training loop's own thread after every step, so it must be
+cheap when nothing is due: report progress to the heartbeat (a dict
+update), surface background errors (uploads, fencing), honour pause / stop
+/ save-now requests, and save when a trigger says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from colab_resume.agent.controls import Controls
+from colab_resume.checkpoint import CheckpointManager, SaveTriggers
+from colab_resume.events import EventLog
+from colab_resume.heartbeat import RunSession
+
+log = logging.getLogger(__name__)
+
+
+class StepDuties:
+    """Run after each step; see the module docstring.
+
+    Args:
+        session: the run's lease holder (heartbeat, fencing).
+        manager: checkpoints of this session.
+        triggers: when a save is due.
+        controls: pause / stop / save requests.
+        events: the run's events.
+        snapshot: returns ``(state, epoch, metrics, extras)`` to save.
+        tick: called after each step for the panel (rate-limits itself).
+    """
+
+    def __init__(
+        self,
+        *,
+        session: RunSession,
+        manager: CheckpointManager,
+        triggers: SaveTriggers,
+        controls: Controls,
+        events: EventLog,
+        snapshot: Callable[[], tuple[Any, int, dict[str, Any], dict[str, Any]]],
+        tick: Callable[[], None] | None = None,
+    ) -> None:
+        self.session = session
+        self.manager = manager
+        self.triggers = triggers
+        self.controls = controls
+        self.events = events
+        self.snapshot = snapshot
+        self.tick = tick or (lambda: None)
+        self.step = 0
+        self.consistent = True  # False while a step is half-applied
+
+    def before_step(self) -> None:
+        self.consistent = False
+
+    def after_step(self, step: int) -> bool:
+        """Duties after ``step`` steps are complete; True when training must stop."""
+        self.step = step
+        self.consistent = True
+        self.session.update(step=step, state="training")
+        self.session.check()  # fenced by a newer session?
+        self.manager.check()  # a failed background upload?
+        if self.controls.take_save_request():
+            self.triggers.save_now()
+        if self.controls.paused:
+            self._pause(step)
+        if self.controls.stop_requested:
+            self.save(step, reason="stop")
+            self.events.emit("run.stopping", f"stop requested; saved step {step}", step=step)
+            return True
+        reason = self.triggers.due(step)
+        if reason is not None:
+            self.save(step, reason=reason)
+        self.tick()
+        return False
+
+    def save(self, step: int, *, reason: str) -> None:
+        """Checkpoint now (unless this step is already saved)."""
+        if self.manager.last_saved is not None and self.manager.last_saved.step == step:
+            return
+        state, epoch, metrics, extras = self.snapshot()
+        self.manager.save(state, step=step, epoch=epoch, metrics=metrics, extras=extras)
+        self.triggers.saved(step, reason)
+        log.info("[step %d] checkpoint saved (%s)", step, reason)
+
+    def _pause(self, step: int) -> None:
+        self.save(step, reason="pause")
+        self.session.update(state="paused")
+        self.events.emit("run.paused", f"paused at step {step}", step=step)
+        started = time.monotonic()
+        while not self.controls.wait_while_paused(0.5):
+            self.session.check()
+            self.manager.check()
+            self.tick()
+        self.session.update(state="training")
+        self.events.emit(
+            "run.resumed",
+            f"resumed after {time.monotonic() - started:.0f}s paused",
+            step=step,
+        )

@@ -1,0 +1,165 @@
+"""A training process for tests that kill it for real.
+
+    python tests/agent_worker.py RUN_DIR OUT.npz [--endpoint URL] [--loop fit|run]
+        [--kill-at-step N] [--unavailable-at-step N] [--epochs E] ...
+
+Trains a small Keras model (Dense, Dropout, BatchNormalization, Adam) under a
+2-replica MirroredStrategy on CPU with op determinism, through
+``Agent.fit`` or ``Agent.run``, and writes every model and optimizer
+variable to OUT.npz so runs can be compared bitwise. ``--kill-at-step``
+SIGKILLs the process itself right after that step (no cleanup at all);
+``--unavailable-at-step`` raises ``tf.errors.UnavailableError`` there once,
+as a lost TPU would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+EXAMPLES = 512
+BATCH = 16
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("run_dir")
+    parser.add_argument("out")
+    parser.add_argument("--endpoint")
+    parser.add_argument("--loop", choices=["fit", "run"], default="fit")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--steps-per-epoch", type=int, default=12)
+    parser.add_argument("--save-every-steps", type=int, default=5)
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--kill-at-step", type=int)
+    parser.add_argument("--unavailable-at-step", type=int)
+    parser.add_argument("--unseeded-shuffle", action="store_true")
+    parser.add_argument("--width", type=int, default=32)
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse()
+    import numpy as np
+    import tensorflow as tf
+    import keras
+
+    from colab_resume.agent import Agent
+
+    keras.utils.set_random_seed(7)
+    tf.config.experimental.enable_op_determinism()
+    rng = np.random.RandomState(0)
+    x = rng.randn(EXAMPLES, 8).astype("float32")
+    y = (x @ rng.randn(8, 1)).astype("float32")
+
+    def make_dataset(epoch: int, skip: int = 0) -> tf.data.Dataset:
+        seed = None if args.unseeded_shuffle else epoch
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(EXAMPLES, seed=seed)
+        return ds.batch(BATCH, drop_remainder=True).skip(skip)
+
+    def build_model() -> keras.Model:
+        model = keras.Sequential(
+            [
+                keras.Input((8,)),
+                keras.layers.Dense(args.width, activation="relu"),
+                keras.layers.Dropout(0.25),
+                keras.layers.BatchNormalization(),
+                keras.layers.Dense(1),
+            ]
+        )
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse", metrics=["mae"])
+        return model
+
+    steps_done = {"n": 0, "raised": False}
+
+    def faults(step: int) -> None:
+        if args.kill_at_step is not None and step == args.kill_at_step:
+            print(f"KILLING at step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if (
+            args.unavailable_at_step is not None
+            and step == args.unavailable_at_step
+            and not steps_done["raised"]
+        ):
+            steps_done["raised"] = True
+            raise tf.errors.UnavailableError(None, None, "Socket closed")
+
+    options = {"token": "anon", "endpoint_url": args.endpoint} if args.endpoint else None
+    agent = Agent(
+        args.run_dir,
+        save_every_steps=args.save_every_steps,
+        save_every_seconds=None,
+        heartbeat_seconds=0.5,
+        dead_after_seconds=1.5,
+        storage_options=options,
+        prefer="cpu",
+        cpu_replicas=args.replicas,
+        recovery_backoff_seconds=0.1,
+    )
+
+    # Fault points go right after the agent's own per-step duties (so a kill
+    # at a save step lands while that checkpoint uploads). Patching our own
+    # class is the only way in: no real TPU exists here to lose.
+    from colab_resume.agent.steps import StepDuties
+
+    duties_after_step = StepDuties.after_step
+
+    def after_step(self, step: int) -> bool:
+        stop = duties_after_step(self, step)
+        steps_done["n"] += 1
+        faults(step)
+        return stop
+
+    StepDuties.after_step = after_step
+
+    if args.loop == "fit":
+        history = agent.fit(
+            build_model,
+            make_dataset,
+            epochs=args.epochs,
+            steps_per_epoch=args.steps_per_epoch,
+            verbose=0,
+        )
+        model = agent.model
+        print(f"HISTORY {history.epoch}", flush=True)
+        variables = list(model.variables) + list(model.optimizer.variables)
+    else:
+
+        def build_state() -> dict:
+            model = build_model()
+            return {"model": model, "optimizer": model.optimizer}
+
+        def train_step(state: dict, batch) -> dict:
+            features, labels = batch
+            model, optimizer = state["model"], state["optimizer"]
+            with tf.GradientTape() as tape:
+                predictions = model(features, training=True)
+                per_example = tf.reduce_mean(tf.square(predictions - labels), axis=-1)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=BATCH)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return {"loss": loss}
+
+        state = agent.run(
+            build_state,
+            make_dataset,
+            train_step,
+            total_steps=args.epochs * args.steps_per_epoch,
+            steps_per_epoch=args.steps_per_epoch,
+        )
+        model = state["model"]
+        variables = list(model.variables) + list(state["optimizer"].variables)
+
+    arrays = {f"v{i:03d}_{v.path.replace('/', '_')}": v.numpy() for i, v in enumerate(variables)}
+    np.savez(args.out, **arrays)
+    print(f"DONE recoveries={agent.recoveries} steps_here={steps_done['n']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
