@@ -58,7 +58,8 @@ def main() -> int:
     y = (x @ rng.randn(8, 1)).astype("float32")
 
     def make_dataset(epoch: int, skip: int = 0) -> tf.data.Dataset:
-        seed = None if args.unseeded_shuffle else epoch
+        # "Unseeded" must differ between processes even under set_random_seed.
+        seed = int.from_bytes(os.urandom(4), "little") if args.unseeded_shuffle else epoch
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(EXAMPLES, seed=seed)
         return ds.batch(BATCH, drop_remainder=True).skip(skip)
 

@@ -1,0 +1,141 @@
+"""DESIGN §6 guarantees 1 and 3, end to end: real TensorFlow, real SIGKILLs, GCS emulator.
+
+Every run trains the same small Keras model (Dense, Dropout, BatchNorm,
+Adam) under a 2-replica MirroredStrategy with op determinism; a run that is
+killed and resumed, or that loses its "accelerator" mid-run, must end with
+every model and optimizer variable bitwise equal to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from colab_resume.storage import Storage
+
+WORKER = os.path.join(os.path.dirname(__file__), "agent_worker.py")
+TOTAL_STEPS = 36  # 3 epochs x 12 steps, a checkpoint every 5
+
+
+def train(run_dir: str, out: str, *args: str, endpoint: str | None = None,
+          expect_rc: int = 0) -> subprocess.CompletedProcess:
+    argv = [sys.executable, WORKER, run_dir, out, *args]
+    if endpoint:
+        argv += ["--endpoint", endpoint]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == expect_rc, result.stdout + result.stderr[-3000:]
+    return result
+
+
+def steps_here(result: subprocess.CompletedProcess) -> int:
+    line = [x for x in result.stdout.splitlines() if x.startswith("DONE")][-1]
+    return int(line.split("steps_here=")[1])
+
+
+def assert_bitwise_equal(expected: str, actual: str) -> None:
+    a, b = np.load(expected), np.load(actual)
+    assert sorted(a.files) == sorted(b.files)
+    different = [k for k in a.files if not np.array_equal(a[k], b[k])]
+    assert not different, f"variables differ: {different}"
+    # Dropout's RNG state and Adam's slots are among what must match.
+    assert any("seed_generator" in k for k in a.files)
+    assert any("adam" in k.lower() or "momentum" in k for k in a.files)
+
+
+@pytest.fixture(scope="module")
+def reference_fit(tmp_path_factory) -> str:
+    """An uninterrupted run (local run dir: storage does not change the weights)."""
+    base = tmp_path_factory.mktemp("reference-fit")
+    out = str(base / "weights.npz")
+    result = train(str(base / "run"), out)
+    assert steps_here(result) == TOTAL_STEPS
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference_loop(tmp_path_factory) -> str:
+    base = tmp_path_factory.mktemp("reference-loop")
+    out = str(base / "weights.npz")
+    train(str(base / "run"), out, "--loop", "run")
+    return out
+
+
+def test_fit_killed_during_an_upload_resumes_bitwise(
+    reference_fit, gcs_run_dir, emulator, tmp_path
+):
+    out = str(tmp_path / "w.npz")
+    # Step 15 is a save step: the kill lands while that checkpoint uploads.
+    killed = train(gcs_run_dir, out, "--kill-at-step", "15", endpoint=emulator.url,
+                   expect_rc=-9)
+    assert "KILLING at step 15" in killed.stdout
+    resumed = train(gcs_run_dir, out, endpoint=emulator.url)
+    # Resumed from step 15 if its upload had committed, else from step 10.
+    assert steps_here(resumed) in (TOTAL_STEPS - 15, TOTAL_STEPS - 10)
+    assert "HISTORY [0, 1, 2]" in resumed.stdout  # History spans the restart
+    assert_bitwise_equal(reference_fit, out)
+
+
+def test_fit_recovers_from_a_lost_accelerator_in_session(
+    reference_fit, gcs_run_dir, emulator, tmp_path
+):
+    """An UnavailableError from a callback stands in for a lost TPU (none here)."""
+    out = str(tmp_path / "w.npz")
+    result = train(gcs_run_dir, out, "--unavailable-at-step", "17", endpoint=emulator.url)
+    assert "recoveries=1" in result.stdout
+    # Work lost is at most the save interval: restored from step 15.
+    assert steps_here(result) == TOTAL_STEPS + (17 - 15)
+    assert_bitwise_equal(reference_fit, out)
+
+
+def test_custom_loop_killed_and_resumed_bitwise(
+    reference_loop, gcs_run_dir, emulator, tmp_path
+):
+    out = str(tmp_path / "w.npz")
+    train(gcs_run_dir, out, "--loop", "run", "--kill-at-step", "22",
+          endpoint=emulator.url, expect_rc=-9)
+    resumed = train(gcs_run_dir, out, "--loop", "run", endpoint=emulator.url)
+    # Step 20's upload may not have committed two steps later: then step 15.
+    assert steps_here(resumed) in (TOTAL_STEPS - 20, TOTAL_STEPS - 15)
+    assert_bitwise_equal(reference_loop, out)
+
+
+def test_random_external_kills_then_completed_run_returns_at_once(
+    reference_fit, gcs_run_dir, emulator, gcs_options, tmp_path
+):
+    """SIGKILL from outside at random instants, twice; then finish; then rerun."""
+    out = str(tmp_path / "w.npz")
+    storage = Storage(gcs_run_dir, gcs_options)
+    rng = random.Random(1234)
+    for _ in range(2):
+        proc = subprocess.Popen(
+            [sys.executable, WORKER, gcs_run_dir, out, "--endpoint", emulator.url],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        # Wait until training is under way (a lease exists), then a random delay.
+        deadline = time.monotonic() + 60
+        while not storage.list("lease/") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(rng.uniform(3.0, 5.0))
+        proc.kill()
+        proc.wait()
+    train(gcs_run_dir, out, endpoint=emulator.url)
+    assert_bitwise_equal(reference_fit, out)
+    again = train(gcs_run_dir, str(tmp_path / "again.npz"), endpoint=emulator.url)
+    assert steps_here(again) == 0  # COMPLETED: restored, nothing retrained
+    assert_bitwise_equal(reference_fit, str(tmp_path / "again.npz"))
+
+
+def test_non_deterministic_dataset_is_detected_on_resume(gcs_run_dir, emulator, tmp_path):
+    out = str(tmp_path / "w.npz")
+    train(gcs_run_dir, out, "--unseeded-shuffle", "--kill-at-step", "15",
+          endpoint=emulator.url, expect_rc=-9)
+    result = train(gcs_run_dir, out, "--unseeded-shuffle", endpoint=emulator.url,
+                   expect_rc=1)
+    assert "NonDeterministicDatasetError" in result.stderr
+    assert "shuffle with a seed" in result.stderr
