@@ -39,6 +39,7 @@ setup(
         "gcsfs>=2023.9",
         "tenacity>=8.2",
         "google-auth>=2.20",
+        "google-crc32c>=1.5",  # checkpoint manifests: GCS-style CRC32C
         # Colab ships ipywidgets 7.7 and core widgets break there on 8: accept
         # both, never force an upgrade.
         "ipywidgets>=7.7,<9",

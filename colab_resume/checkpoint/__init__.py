@@ -1,0 +1,29 @@
+"""Checkpoints that are never half-written (DESIGN §4).
+
+TensorFlow writes to a local staging directory; a background thread
+uploads the files and commits ``MANIFEST.json`` last, create-only. Restore
+takes the newest checkpoint that verifies against its manifest and falls
+back to older ones. Importing this package does not import TensorFlow.
+"""
+
+from colab_resume.checkpoint.errors import (
+    CheckpointError,
+    NoValidCheckpointError,
+    StructureMismatchError,
+)
+from colab_resume.checkpoint.manager import CheckpointConfig, CheckpointManager
+from colab_resume.checkpoint.manifest import Manifest
+from colab_resume.checkpoint.restore import RestoredInfo
+from colab_resume.checkpoint.triggers import SaveTriggers, TriggerOptions
+
+__all__ = [
+    "CheckpointConfig",
+    "CheckpointError",
+    "CheckpointManager",
+    "Manifest",
+    "NoValidCheckpointError",
+    "RestoredInfo",
+    "SaveTriggers",
+    "StructureMismatchError",
+    "TriggerOptions",
+]

@@ -1,0 +1,492 @@
+"""The checkpoint manager: stage with TensorFlow, upload, commit, verify, prune.
+
+The training thread only waits for TensorFlow to write the state to a local
+staging directory (with async checkpointing, only for the host copy). A
+background thread then syncs, computes CRC32Cs, uploads the shards in
+parallel, checks the fence and writes ``MANIFEST.json`` last and
+create-only: until that write succeeds the checkpoint does not exist for
+anyone. One upload is in flight at most; a save that comes due while one
+is running waits for it, and that wait is reported as a checkpoint stall.
+
+Example (the agent drives this)::
+
+    manager = CheckpointManager(storage, lease=3, fence=lease.check, events=events)
+    info = manager.restore(model)            # None: nothing saved yet
+    ...
+    manager.save(model, step=step, epoch=epoch, metrics=logs)
+    manager.check()                          # raises a failed upload's error
+    manager.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from colab_resume.checkpoint import catalog, retention, transfer
+from colab_resume.checkpoint.manifest import FileEntry, Manifest, crc32c_file
+from colab_resume.checkpoint.progress import TransferProgress
+from colab_resume.checkpoint.restore import RestoredInfo, restore_latest
+from colab_resume.checkpoint.state import StateLike, TrainingState
+from colab_resume.checkpoint.uploader import Uploader
+from colab_resume.errors import FencedError
+from colab_resume.events import EventLog
+from colab_resume.rundir import CheckpointName
+from colab_resume.storage import Storage
+
+log = logging.getLogger(__name__)
+
+PREFIX = "ckpt"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    """How checkpoints are written and kept.
+
+    Attributes:
+        keep: newest committed checkpoints to keep (>= 1).
+        keep_every_steps: also keep every checkpoint whose step is a multiple
+            of this (None: none extra).
+        staging_dir: local directory for TensorFlow's files before upload
+            (None: a temporary directory).
+        io_device: ``experimental_io_device`` for TensorFlow, e.g.
+            ``"/job:localhost"`` when variables live on a remote TPU worker.
+        async_write: use TensorFlow's async checkpointing, so a save blocks
+            only for the copy of the variables to host memory.
+        shard_bytes: split the data into shards of about this size, so
+            uploads run in parallel and report progress.
+        workers: parallel transfers.
+        progress_seconds: transfers shorter than this report no progress.
+    """
+
+    keep: int = 3
+    keep_every_steps: int | None = None
+    staging_dir: str | None = None
+    io_device: str | None = None
+    async_write: bool = True
+    shard_bytes: int = 32 << 20
+    workers: int = 8
+    progress_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        def fail(name: str, need: str) -> None:
+            raise ValueError(
+                f"CheckpointConfig.{name} must be {need}, got {getattr(self, name)!r}."
+            )
+
+        if not _is_int(self.keep) or self.keep < 1:
+            fail("keep", "an int >= 1 (the newest checkpoint is always kept)")
+        if self.keep_every_steps is not None and (
+            not _is_int(self.keep_every_steps) or self.keep_every_steps < 1
+        ):
+            fail("keep_every_steps", "an int >= 1 or None")
+        if self.staging_dir is not None and not isinstance(self.staging_dir, str):
+            fail("staging_dir", "a local directory path or None")
+        if self.io_device is not None and not (
+            isinstance(self.io_device, str) and self.io_device.startswith("/")
+        ):
+            fail("io_device", "a device name such as '/job:localhost' or None")
+        if not _is_int(self.shard_bytes) or self.shard_bytes < (1 << 20):
+            fail("shard_bytes", "an int >= 1 MiB")
+        if not _is_int(self.workers) or self.workers < 1:
+            fail("workers", "an int >= 1")
+        if (
+            not isinstance(self.progress_seconds, (int, float))
+            or self.progress_seconds < 0
+        ):
+            fail("progress_seconds", "a number >= 0")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class CheckpointManager:
+    """Saves, restores and prunes the checkpoints of one session.
+
+    Args:
+        storage: the run directory.
+        lease: this session's lease number; part of every checkpoint name.
+        fence: raises :class:`~colab_resume.errors.FencedError` once a newer
+            session owns the run; called right before every commit and delete.
+        events: where commits, stalls, failures and progress are reported.
+        clock: monotonic clock for durations (injectable).
+        **options: fields of :class:`CheckpointConfig` (``keep=``,
+            ``keep_every_steps=``, ``staging_dir=``, ``io_device=``...).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        lease: int,
+        fence: Callable[[], None],
+        events: EventLog,
+        clock: Callable[[], float] = time.monotonic,
+        **options: Any,
+    ) -> None:
+        if not _is_int(lease) or lease < 1:
+            raise ValueError(f"lease must be an int >= 1, got {lease!r}.")
+        if not callable(fence):
+            raise TypeError(f"fence must be callable, got {fence!r}.")
+        self.config = CheckpointConfig(**options)
+        self.storage = storage
+        self.lease = lease
+        self._fence = fence
+        self._events = events
+        self._clock = clock
+        self._uploader = Uploader(self._report_failure)
+        self._state: TrainingState | None = None
+        self._owned_staging = self.config.staging_dir is None
+        self._staging_root = self.config.staging_dir or tempfile.mkdtemp(
+            prefix="colab-resume-staging-"
+        )
+        os.makedirs(self._staging_root, exist_ok=True)
+        self._lock = threading.Lock()
+        self._in_flight: CheckpointName | None = None
+        self.last_saved: CheckpointName | None = None
+        self.last_committed: CheckpointName | None = None
+        self.stall_count = 0
+        self.stall_seconds = 0.0
+        self.last_blocking_seconds = 0.0
+
+    # --- saving -------------------------------------------------------------
+
+    def save(
+        self,
+        state: StateLike,
+        *,
+        step: int,
+        epoch: int,
+        metrics: dict[str, Any] | None = None,
+        extras: dict[str, Any] | None = None,
+    ) -> CheckpointName:
+        """Stage a checkpoint of ``state`` and start uploading it.
+
+        Returns once TensorFlow has the state in host memory (async) or on
+        local disk (sync); the upload and commit happen in the background.
+
+        Args:
+            state: a compiled ``keras.Model`` (its optimizer and metrics are
+                saved with it) or a dict of name -> trackable (models,
+                optimizers, variables, ``tf.random.Generator``...). Pass the
+                same kind of object to :meth:`restore`.
+            step: global step the state belongs to.
+            epoch: epoch of that step.
+            metrics: JSON-able metrics for the manifest (numpy scalars ok).
+            extras: JSON-able user values for the manifest.
+
+        Returns:
+            The name of the checkpoint being committed.
+
+        Raises:
+            FencedError: a newer session owns the run (from a previous upload).
+            Exception: the error of a previous failed upload.
+        """
+        if not _is_int(step) or step < 0 or not _is_int(epoch) or epoch < 0:
+            raise ValueError(
+                f"step and epoch must be ints >= 0, got step={step!r}, epoch={epoch!r}."
+            )
+        metrics_json = _jsonable("metrics", metrics)
+        extras_json = _jsonable("extras", extras)
+        name = CheckpointName(step=step, lease=self.lease)
+        self._wait_for_upload(step)
+        if name == self.last_saved:
+            log.info("checkpoint: step %d already saved as %s", step, name.dirname)
+            return name
+        training_state = self._training_state(state)
+        staging = os.path.join(self._staging_root, name.dirname)
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+        started = self._clock()
+        training_state.write(os.path.join(staging, PREFIX), self._tf_options())
+        self.last_blocking_seconds = self._clock() - started
+        wall_time = time.time()
+
+        def job() -> None:
+            self._upload_and_commit(
+                training_state,
+                name,
+                staging,
+                epoch,
+                wall_time,
+                metrics_json,
+                extras_json,
+            )
+
+        with self._lock:
+            self._in_flight = name
+        self.last_saved = name
+        self._uploader.submit(name.dirname, job)
+        return name
+
+    def _wait_for_upload(self, step: int) -> None:
+        self.check()
+        if not self._uploader.busy:
+            return
+        started = self._clock()
+        self._uploader.wait()
+        waited = self._clock() - started
+        self.stall_count += 1
+        self.stall_seconds += waited
+        self._events.emit(
+            "checkpoint.stall",
+            f"waited {waited:.1f}s for the previous upload before saving step {step}",
+            level="warning",
+            step=step,
+            seconds=waited,
+            stall_count=self.stall_count,
+            stall_seconds_total=self.stall_seconds,
+        )
+        self.check()
+
+    def _training_state(self, state: StateLike) -> TrainingState:
+        # Reuse across saves: rebuilding the tf.train.Checkpoint every time
+        # would also restart TF's async writer thread.
+        if self._state is None or self._state.source is not state:
+            self._state = TrainingState(state)
+        return self._state
+
+    def _tf_options(self) -> Any:
+        import tensorflow as tf
+
+        kwargs: dict[str, Any] = {"experimental_io_device": self.config.io_device}
+        if self.config.async_write:
+            kwargs["experimental_enable_async_checkpoint"] = True
+        policy = getattr(tf.train.experimental, "MaxShardSizePolicy", None)
+        if policy is not None:
+            kwargs["experimental_sharding_callback"] = policy(
+                max_shard_size=self.config.shard_bytes
+            )
+        return tf.train.CheckpointOptions(**kwargs)
+
+    def _upload_and_commit(
+        self,
+        training_state: TrainingState,
+        name: CheckpointName,
+        staging: str,
+        epoch: int,
+        wall_time: float,
+        metrics: dict[str, Any],
+        extras: dict[str, Any],
+    ) -> None:
+        started = self._clock()
+        training_state.sync()
+        files = sorted(os.listdir(staging))
+        entries = tuple(
+            FileEntry(
+                name=f,
+                size=os.path.getsize(os.path.join(staging, f)),
+                crc32c=crc32c_file(os.path.join(staging, f)),
+            )
+            for f in files
+        )
+        manifest = Manifest(
+            step=name.step,
+            epoch=epoch,
+            lease=name.lease,
+            wall_time=wall_time,
+            files=entries,
+            prefix=PREFIX,
+            structure=training_state.structure,
+            metrics=metrics,
+            extras=extras,
+        )
+        progress = TransferProgress(
+            self._events,
+            kind="checkpoint.upload.progress",
+            what=f"upload of {name.dirname}",
+            total_bytes=manifest.total_bytes,
+            step=name.step,
+            quiet_seconds=self.config.progress_seconds,
+        )
+        transfer.upload(
+            self.storage,
+            [(os.path.join(staging, f), f"{name.path}/{f}") for f in files],
+            progress=progress,
+            workers=self.config.workers,
+        )
+        self._fence()
+        self.storage.write_json(
+            name.manifest_path, manifest.to_json(), create_only=True
+        )
+        seconds = self._clock() - started
+        with self._lock:
+            self._in_flight = None
+            self.last_committed = name
+        shutil.rmtree(staging, ignore_errors=True)
+        self._events.emit(
+            "checkpoint.committed",
+            f"committed {name.dirname} ({manifest.total_bytes / 1e6:.1f} MB in "
+            f"{seconds:.1f}s)",
+            step=name.step,
+            checkpoint=name.dirname,
+            bytes=manifest.total_bytes,
+            seconds=seconds,
+        )
+        self._prune_quietly(name.step)
+
+    def _report_failure(self, job: str, exc: BaseException) -> None:
+        with self._lock:
+            failed, self._in_flight = self._in_flight, None
+        self.last_saved = None
+        kind = (
+            "checkpoint.fenced" if isinstance(exc, FencedError) else "checkpoint.failed"
+        )
+        self._events.emit(
+            kind,
+            f"upload of {job} failed, nothing committed: {type(exc).__name__}: {exc}",
+            level="error",
+            step=failed.step if failed else None,
+            checkpoint=job,
+            error=type(exc).__name__,
+        )
+
+    # --- waiting and errors ------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the upload in flight; True when none is left running."""
+        return self._uploader.wait(timeout)
+
+    def check(self) -> None:
+        """Raise, on this thread, the error of a failed background upload."""
+        self._uploader.check()
+
+    @property
+    def uploading(self) -> bool:
+        return self._uploader.busy
+
+    def close(self) -> None:
+        """Finish the upload in flight, raise its error, drop the staging area."""
+        try:
+            self._uploader.wait()
+            self.check()
+        finally:
+            if self._owned_staging:
+                shutil.rmtree(self._staging_root, ignore_errors=True)
+
+    # --- restoring -----------------------------------------------------------
+
+    def restore(self, state: StateLike) -> RestoredInfo | None:
+        """Load the newest valid committed checkpoint into ``state``.
+
+        Args:
+            state: what :meth:`save` was given, rebuilt (a fresh strategy
+                scope is fine): a compiled ``keras.Model`` or the dict of
+                trackables.
+
+        Returns:
+            What was restored, or None when the run has no checkpoints.
+
+        Raises:
+            NoValidCheckpointError: checkpoints exist, none is usable.
+            StructureMismatchError: the checkpoint does not fit ``state``.
+        """
+        import tensorflow as tf
+
+        training_state = self._training_state(state)
+        options = tf.train.CheckpointOptions(
+            experimental_io_device=self.config.io_device
+        )
+
+        def read(prefix: str, manifest: Manifest) -> tuple[str, ...]:
+            return tuple(training_state.restore(prefix, manifest.structure, options))
+
+        info = restore_latest(
+            self.storage,
+            read=read,
+            events=self._events,
+            scratch_dir=self._staging_root,
+            workers=self.config.workers,
+            progress_seconds=self.config.progress_seconds,
+        )
+        if info is not None:
+            self.last_committed = info.name
+            self._events.emit(
+                "checkpoint.restored",
+                f"restored {info.name.dirname} (epoch {info.epoch})",
+                step=info.step,
+                checkpoint=info.name.dirname,
+                skipped=[name for name, _ in info.skipped],
+            )
+        return info
+
+    # --- listing and retention ----------------------------------------------
+
+    def committed(self) -> list[CheckpointName]:
+        """Committed checkpoints in the run directory, oldest first."""
+        return [d.name for d in catalog.scan(self.storage) if d.committed]
+
+    def prune(self) -> list[CheckpointName]:
+        """Apply retention now; returns what was deleted.
+
+        Raises:
+            FencedError: a newer session owns the run (nothing is deleted).
+        """
+        with self._lock:
+            in_flight = self._in_flight
+        doomed = retention.plan(
+            catalog.scan(self.storage),
+            keep=self.config.keep,
+            keep_every_steps=self.config.keep_every_steps,
+            lease=self.lease,
+            in_flight=in_flight,
+        )
+        deleted = []
+        for entry in doomed:
+            retention.delete(self.storage, entry, self._fence)
+            deleted.append(entry.name)
+        if deleted:
+            self._events.emit(
+                "checkpoint.pruned",
+                f"deleted {len(deleted)} old or uncommitted checkpoint(s): "
+                + ", ".join(n.dirname for n in deleted),
+                checkpoints=[n.dirname for n in deleted],
+            )
+        return deleted
+
+    def _prune_quietly(self, step: int) -> None:
+        # Retention failing costs disk space, not correctness: report it and
+        # let training go on. Being fenced is different and propagates.
+        try:
+            self.prune()
+        except FencedError:
+            raise
+        except Exception as exc:
+            self._events.emit(
+                "checkpoint.prune_failed",
+                f"retention failed ({type(exc).__name__}: {exc}); old checkpoints "
+                f"stay until the next save",
+                level="warning",
+                step=step,
+            )
+
+
+def _jsonable(field: str, value: dict[str, Any] | None) -> dict[str, Any]:
+    """A JSON-clean copy of ``value``; numpy/TF scalars become Python numbers."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{field} must be a dict or None, got {type(value).__name__}.")
+
+    def coerce(obj: Any) -> Any:
+        for method in ("item", "tolist", "numpy"):
+            if hasattr(obj, method):
+                return getattr(obj, method)()
+        raise TypeError(f"{type(obj).__name__} is not JSON-able")
+
+    try:
+        return json.loads(json.dumps(value, default=coerce))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{field} must hold JSON-able values ({exc}); store tensors and other "
+            f"objects in the state dict as trackables instead."
+        ) from None

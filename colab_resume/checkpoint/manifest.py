@@ -1,0 +1,178 @@
+"""The commit marker: ``MANIFEST.json``, written last and create-only.
+
+A checkpoint directory counts as committed only once its manifest exists.
+The manifest lists every file with its size and CRC32C (base64 of the
+big-endian CRC32C, the form GCS reports in object metadata), so restore can
+verify a checkpoint from a listing without downloading it. It also carries
+the training position (step, epoch), the lease of the session that wrote
+it, metrics, JSON extras, and the variable structure, so a mismatch can
+name the variables that differ.
+
+Manifests are read back from storage and treated as untrusted input.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import math
+from typing import Any
+
+from colab_resume.errors import CorruptRecordError
+
+FORMAT = "colab_resume.checkpoint/1"
+_CHUNK = 1 << 20
+
+
+def crc32c_bytes(data: bytes) -> str:
+    """GCS-style CRC32C of ``data``: base64 of the big-endian 32-bit value."""
+    import google_crc32c
+
+    return _encode(google_crc32c.value(data))
+
+
+def crc32c_file(path: str) -> str:
+    """GCS-style CRC32C of a local file, read in chunks."""
+    import google_crc32c
+
+    checksum = google_crc32c.Checksum()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            checksum.update(chunk)
+    return base64.b64encode(checksum.digest()).decode("ascii")
+
+
+def _encode(value: int) -> str:
+    return base64.b64encode(value.to_bytes(4, "big")).decode("ascii")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FileEntry:
+    """One file of a checkpoint.
+
+    Attributes:
+        name: file name inside the checkpoint directory (no ``/``).
+        size: bytes.
+        crc32c: GCS-style CRC32C (base64, big-endian).
+    """
+
+    name: str
+    size: int
+    crc32c: str
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name or self.name.startswith("."):
+            raise ValueError(
+                f"FileEntry.name must be a plain file name, got {self.name!r}."
+            )
+        if not isinstance(self.size, int) or self.size < 0:
+            raise ValueError(f"FileEntry.size must be an int >= 0, got {self.size!r}.")
+        if not isinstance(self.crc32c, str) or len(self.crc32c) != 8:
+            raise ValueError(
+                f"FileEntry.crc32c must be 8 base64 characters, got {self.crc32c!r}."
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """What a committed checkpoint holds.
+
+    Attributes:
+        step: global training step the state belongs to.
+        epoch: epoch of that step.
+        lease: lease of the session that wrote it.
+        wall_time: when the save was taken (seconds since the epoch, writer's
+            clock; informational only).
+        files: every file of the checkpoint.
+        prefix: TensorFlow checkpoint prefix (the file names without their
+            ``.index`` / ``.data-...`` suffix).
+        structure: variable groups, ``{group: [[name, shape, dtype], ...]}``
+            plus ``{group: "object:<type>"}`` for opaque trackables.
+        metrics: JSON-able metrics at the save.
+        extras: JSON-able user values.
+    """
+
+    step: int
+    epoch: int
+    lease: int
+    wall_time: float
+    files: tuple[FileEntry, ...]
+    prefix: str = "ckpt"
+    structure: dict[str, Any] = dataclasses.field(default_factory=dict)
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    extras: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("step", "epoch", "lease"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"Manifest.{name} must be an int >= 0, got {value!r}.")
+        if not isinstance(self.wall_time, (int, float)) or not math.isfinite(
+            self.wall_time
+        ):
+            raise ValueError(
+                f"Manifest.wall_time must be a finite number, got {self.wall_time!r}."
+            )
+        if not self.files:
+            raise ValueError("Manifest.files must list at least one file, got none.")
+        names = [entry.name for entry in self.files]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Manifest.files lists a name twice: {sorted(names)}.")
+        for name in ("structure", "metrics", "extras"):
+            value = getattr(self, name)
+            if not isinstance(value, dict):
+                raise ValueError(
+                    f"Manifest.{name} must be a dict, got {type(value).__name__}."
+                )
+            try:
+                json.dumps(value, allow_nan=True)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"Manifest.{name} must be JSON-able ({exc}); pass plain "
+                    f"numbers, strings, lists and dicts, or save the value as a "
+                    f"trackable instead."
+                ) from None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(entry.size for entry in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        value = dataclasses.asdict(self)
+        value["files"] = [dataclasses.asdict(entry) for entry in self.files]
+        value["format"] = FORMAT
+        return value
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any], *, where: str = "MANIFEST.json"):
+        """Parse an untrusted manifest record.
+
+        Raises:
+            CorruptRecordError: a field is missing or has the wrong type.
+        """
+        try:
+            if value.get("format") != FORMAT:
+                raise ValueError(
+                    f"format is {value.get('format')!r}, expected {FORMAT!r}"
+                )
+            files = tuple(
+                FileEntry(name=f["name"], size=f["size"], crc32c=f["crc32c"])
+                for f in value["files"]
+            )
+            return cls(
+                step=value["step"],
+                epoch=value["epoch"],
+                lease=value["lease"],
+                wall_time=value["wall_time"],
+                files=files,
+                prefix=value.get("prefix", "ckpt"),
+                structure=value.get("structure", {}),
+                metrics=value.get("metrics", {}),
+                extras=value.get("extras", {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptRecordError(
+                f"{where} is not a valid checkpoint manifest ({type(exc).__name__}: "
+                f"{exc}); the checkpoint is treated as damaged."
+            ) from None

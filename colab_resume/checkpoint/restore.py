@@ -1,0 +1,247 @@
+"""Restore: newest committed checkpoint that verifies, else the next older one.
+
+Verification happens before any download where the storage keeps CRC32Cs
+(GCS): each file the manifest lists must exist with the listed size and
+CRC32C. Where it keeps none (local, memory), size and CRC32C are checked
+on the downloaded copy. A damaged checkpoint is skipped with a warning
+event naming what is wrong; if checkpoints exist and none is usable,
+:class:`NoValidCheckpointError` is raised, never a silent fresh start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from colab_resume.checkpoint import catalog, transfer
+from colab_resume.checkpoint.errors import (
+    NoValidCheckpointError,
+    StructureMismatchError,
+)
+from colab_resume.checkpoint.manifest import Manifest, crc32c_file
+from colab_resume.checkpoint.progress import TransferProgress
+from colab_resume.errors import CorruptRecordError
+from colab_resume.events import EventLog
+from colab_resume.rundir import MANIFEST, CheckpointName
+from colab_resume.storage import Storage
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RestoredInfo:
+    """What :meth:`CheckpointManager.restore` put back.
+
+    Attributes:
+        name: the checkpoint restored.
+        step: training step to continue from.
+        epoch: epoch of that step.
+        lease: lease of the session that wrote it.
+        wall_time: when it was saved (writer's clock).
+        metrics: metrics recorded at the save.
+        extras: JSON extras recorded at the save.
+        skipped: newer checkpoints that were damaged, with the reason.
+        skipped_groups: optional state groups not restored (e.g. metrics of a
+            model whose compiled metrics are not built yet).
+    """
+
+    name: CheckpointName
+    step: int
+    epoch: int
+    lease: int
+    wall_time: float
+    metrics: dict[str, Any]
+    extras: dict[str, Any]
+    skipped: tuple[tuple[str, str], ...] = ()
+    skipped_groups: tuple[str, ...] = ()
+
+
+class Damaged(Exception):
+    """This checkpoint cannot be used; the message says why."""
+
+
+def check_listing(manifest: Manifest, entry: catalog.CheckpointDir) -> None:
+    """Compare the manifest with the storage listing; raise Damaged if it differs."""
+    problems = []
+    for item in manifest.files:
+        info = entry.objects.get(item.name)
+        if info is None:
+            problems.append(f"{item.name} is missing")
+        elif info.size != item.size:
+            problems.append(
+                f"{item.name} has {info.size} bytes, manifest says {item.size} "
+                f"({'truncated' if info.size < item.size else 'grown'})"
+            )
+        elif info.crc32c is not None and info.crc32c != item.crc32c:
+            problems.append(
+                f"{item.name} has CRC32C {info.crc32c}, manifest says {item.crc32c} "
+                f"(corrupted)"
+            )
+    if problems:
+        raise Damaged("; ".join(problems))
+
+
+def check_download(manifest: Manifest, directory: str) -> None:
+    """Verify downloaded files where the storage gave no CRC32C to compare."""
+    problems = []
+    for item in manifest.files:
+        path = os.path.join(directory, item.name)
+        size = os.path.getsize(path)
+        if size != item.size:
+            problems.append(
+                f"{item.name} downloaded {size} bytes, manifest says {item.size}"
+            )
+            continue
+        crc = crc32c_file(path)
+        if crc != item.crc32c:
+            problems.append(
+                f"{item.name} has CRC32C {crc}, manifest says {item.crc32c} (corrupted)"
+            )
+    if problems:
+        raise Damaged("; ".join(problems))
+
+
+def restore_latest(
+    storage: Storage,
+    *,
+    read: Callable[[str, Manifest], tuple[str, ...]],
+    events: EventLog,
+    scratch_dir: str | None,
+    workers: int,
+    progress_seconds: float,
+) -> RestoredInfo | None:
+    """Restore the newest usable committed checkpoint.
+
+    Args:
+        storage: the run directory.
+        read: restores the local prefix into the live state; returns the
+            optional groups it skipped. A StructureMismatchError from it is
+            raised as is: an older checkpoint would not fit either.
+        events: for warnings and progress.
+        scratch_dir: parent of the temporary download directory.
+        workers: parallel downloads.
+        progress_seconds: quiet period before progress events.
+
+    Returns:
+        What was restored, or None when there are no checkpoints at all.
+
+    Raises:
+        NoValidCheckpointError: checkpoints exist but none is usable.
+        StructureMismatchError: the newest usable one does not fit the state.
+    """
+    dirs = catalog.scan(storage)
+    committed = [d for d in dirs if d.committed]
+    skipped: list[tuple[str, str]] = []
+    for entry in reversed(committed):
+        try:
+            manifest = _read_manifest(storage, entry)
+            check_listing(manifest, entry)
+            groups = _download_and_read(
+                storage,
+                entry,
+                manifest,
+                read,
+                events,
+                scratch_dir,
+                workers,
+                progress_seconds,
+            )
+        except Damaged as exc:
+            reason = str(exc)
+        except StructureMismatchError:
+            raise
+        except Exception as exc:
+            # TF refusing the files (DataLossError...) or a record we cannot
+            # parse is damage too; storage outages surface through retries
+            # first, and falling back past them would be wrong, so re-raise.
+            if _is_storage_outage(exc):
+                raise
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            return RestoredInfo(
+                name=entry.name,
+                step=manifest.step,
+                epoch=manifest.epoch,
+                lease=manifest.lease,
+                wall_time=manifest.wall_time,
+                metrics=dict(manifest.metrics),
+                extras=dict(manifest.extras),
+                skipped=tuple(skipped),
+                skipped_groups=tuple(groups),
+            )
+        skipped.append((entry.name.dirname, reason))
+        events.emit(
+            "checkpoint.damaged",
+            f"skipping {entry.name.path}: {reason}; trying the next older checkpoint",
+            level="warning",
+            step=entry.name.step,
+            checkpoint=entry.name.dirname,
+            reason=reason,
+        )
+    if not dirs:
+        return None
+    reasons = "\n".join(f"  {name}: {why}" for name, why in skipped) or "  (none)"
+    raise NoValidCheckpointError(
+        f"{storage.url} has checkpoints but none can be restored.\n"
+        f"Listing:\n{catalog.describe(dirs)}\nProblems:\n{reasons}\n"
+        f"Uncommitted directories (no {MANIFEST}) are never restored. Restore a "
+        f"checkpoint from a backup, or delete checkpoints/ to start the run from "
+        f"scratch on purpose."
+    )
+
+
+def _is_storage_outage(exc: BaseException) -> bool:
+    from colab_resume.errors import StorageError
+
+    return isinstance(exc, StorageError) and not isinstance(exc, CorruptRecordError)
+
+
+def _read_manifest(storage: Storage, entry: catalog.CheckpointDir) -> Manifest:
+    where = f"{storage.url}/{entry.name.manifest_path}"
+    try:
+        raw = storage.read_json(entry.name.manifest_path)
+    except CorruptRecordError as exc:
+        raise Damaged(f"{MANIFEST} unreadable: {exc}") from None
+    except FileNotFoundError:
+        raise Damaged(f"{MANIFEST} vanished while reading") from None
+    try:
+        manifest = Manifest.from_json(raw, where=where)
+    except CorruptRecordError as exc:
+        raise Damaged(str(exc)) from None
+    if (manifest.step, manifest.lease) != (entry.name.step, entry.name.lease):
+        raise Damaged(
+            f"{MANIFEST} says step {manifest.step} lease {manifest.lease}, "
+            f"the directory name says otherwise"
+        )
+    return manifest
+
+
+def _download_and_read(
+    storage, entry, manifest, read, events, scratch_dir, workers, progress_seconds
+) -> tuple[str, ...]:
+    directory = tempfile.mkdtemp(prefix="restore-", dir=scratch_dir)
+    try:
+        progress = TransferProgress(
+            events,
+            kind="checkpoint.download.progress",
+            what=f"download of {entry.name.dirname}",
+            total_bytes=manifest.total_bytes,
+            step=manifest.step,
+            quiet_seconds=progress_seconds,
+        )
+        pairs = [
+            (f"{entry.name.path}/{f.name}", os.path.join(directory, f.name))
+            for f in manifest.files
+        ]
+        try:
+            transfer.download(storage, pairs, progress=progress, workers=workers)
+        except FileNotFoundError as exc:
+            raise Damaged(f"a file vanished during download ({exc})") from None
+        # Without server CRCs the listing proved nothing about content.
+        if any(entry.objects[f.name].crc32c is None for f in manifest.files):
+            check_download(manifest, directory)
+        return read(os.path.join(directory, manifest.prefix), manifest)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

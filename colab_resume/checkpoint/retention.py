@@ -1,0 +1,66 @@
+"""Which checkpoints to delete, and deleting them safely.
+
+Rules: keep the newest ``keep`` committed checkpoints, plus every one whose
+step is a multiple of ``keep_every_steps``; never the newest committed one;
+only older than a committed one (so nothing is deleted before its successor
+has committed). A checkpoint is deleted manifest FIRST, so one deleted
+halfway is seen as uncommitted, never as a committed checkpoint with files
+missing. Uncommitted directories of this or older leases are leftovers of
+dead or failed uploads and are removed, except the upload in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from colab_resume.checkpoint.catalog import CheckpointDir
+from colab_resume.rundir import MANIFEST, CheckpointName
+from colab_resume.storage import Storage
+
+
+def plan(
+    dirs: list[CheckpointDir],
+    *,
+    keep: int,
+    keep_every_steps: int | None,
+    lease: int,
+    in_flight: CheckpointName | None = None,
+) -> list[CheckpointDir]:
+    """The directories to delete, oldest first. Pure.
+
+    Args:
+        dirs: the scan, oldest first.
+        keep: newest committed checkpoints to keep (>= 1).
+        keep_every_steps: also keep committed checkpoints at multiples of this.
+        lease: the current session's lease; uncommitted directories of newer
+            leases belong to another live session and are left alone.
+        in_flight: this session's upload in progress, never touched.
+    """
+    if keep < 1:
+        raise ValueError(
+            f"keep must be >= 1 (the newest is never deleted), got {keep!r}."
+        )
+    committed = [d for d in dirs if d.committed]
+    doomed: list[CheckpointDir] = []
+    if committed:
+        newest = committed[-1].name
+        for entry in committed[:-keep]:
+            if keep_every_steps and entry.name.step % keep_every_steps == 0:
+                continue
+            if entry.name < newest:
+                doomed.append(entry)
+    for entry in dirs:
+        if entry.committed or entry.name == in_flight or entry.name.lease > lease:
+            continue
+        doomed.append(entry)
+    return sorted(doomed, key=lambda d: d.name)
+
+
+def delete(storage: Storage, entry: CheckpointDir, fence: Callable[[], None]) -> None:
+    """Delete one checkpoint directory: fence check, manifest first, then files."""
+    fence()
+    if MANIFEST in entry.objects:
+        storage.delete(f"{entry.name.path}/{MANIFEST}")
+    for file_name in sorted(entry.objects):
+        if file_name != MANIFEST:
+            storage.delete(f"{entry.name.path}/{file_name}")

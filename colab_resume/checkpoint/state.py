@@ -1,0 +1,257 @@
+"""What a checkpoint captures, in an order that survives a rebuilt model.
+
+``tf.train.Checkpoint(model=model)`` keys variables by the object graph and
+misses Keras 3's Dropout ``seed_generator_state``. We instead save *every*
+entry of ``model.variables`` and ``optimizer.variables``, keyed by group and
+position (``model/000003``). A model rebuilt in a fresh strategy scope
+(another process, or this one after a reconnect) lists its variables in the
+same order, though Keras may give them new auto-generated names
+(``dense_1`` becomes ``dense_7``); so positions, shapes and dtypes must
+match, names are only reported.
+
+TensorFlow is imported lazily: importing the package must not pay for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from colab_resume.checkpoint.errors import StructureMismatchError
+
+log = logging.getLogger(__name__)
+
+# Groups whose absence or mismatch is tolerated on restore: Keras builds
+# compile metrics lazily, so a fresh model may not have them yet, and they
+# only affect the running averages shown mid-epoch, not training.
+OPTIONAL_GROUPS = frozenset({"metrics"})
+
+StateLike = Any  # a keras.Model, or a mapping of name -> trackable
+
+
+def _variable_list(obj: Any) -> list[Any] | None:
+    """The variables of ``obj`` if it is one we flatten, else None (opaque)."""
+    import keras
+    import tensorflow as tf
+
+    if isinstance(obj, (keras.Layer, keras.optimizers.Optimizer, keras.metrics.Metric)):
+        return list(obj.variables)
+    if isinstance(obj, (keras.Variable, tf.Variable)):
+        return [obj]
+    if isinstance(obj, (list, tuple)) and all(
+        isinstance(v, (keras.Variable, tf.Variable)) for v in obj
+    ):
+        return list(obj)
+    return None
+
+
+def _tf_variable(variable: Any) -> Any:
+    """The TensorFlow variable behind a Keras variable, where there is one.
+
+    Keras 3's own hook for TF's async checkpointing creates a ``tf.Variable``
+    inside a ``tf.function`` on every save, which fails from the second save
+    on ("tf.function only supports singleton tf.Variables"). The TF variable
+    underneath (a MirroredVariable under MirroredStrategy) saves and
+    restores the same values without that hook.
+    """
+    import tensorflow as tf
+
+    inner = getattr(variable, "value", None)
+    return inner if isinstance(inner, tf.Variable) else variable
+
+
+def _describe(variable: Any) -> list[Any]:
+    name = getattr(variable, "path", None) or variable.name
+    return [str(name), [int(d) for d in variable.shape], str(variable.dtype)]
+
+
+def _build_optimizer(optimizer: Any, models: list[Any]) -> None:
+    """Create the optimizer's slot variables so they can be saved or restored.
+
+    Keras builds them lazily on the first step; a fresh optimizer about to be
+    restored has none, and a checkpoint with slots would not fit it.
+    """
+    if getattr(optimizer, "built", True) or not models:
+        return
+    import tensorflow as tf
+
+    trainable = [v for model in models for v in model.trainable_variables]
+    strategy = (
+        getattr(models[0], "distribute_strategy", None) or tf.distribute.get_strategy()
+    )
+    with strategy.scope():
+        optimizer.build(trainable)
+
+
+def expand(state: StateLike) -> dict[str, Any]:
+    """Turn a keras Model or a mapping into named groups.
+
+    A Model becomes ``model``, ``optimizer`` (its compiled optimizer, built if
+    needed) and ``metrics`` (the compiled metrics' state, where present).
+    """
+    import keras
+
+    if isinstance(state, keras.Model):
+        groups: dict[str, Any] = {"model": state}
+        optimizer = getattr(state, "optimizer", None)
+        if optimizer is not None:
+            _build_optimizer(optimizer, [state])
+            groups["optimizer"] = optimizer
+        metric_vars = [v for metric in state.metrics for v in metric.variables]
+        if metric_vars:
+            groups["metrics"] = metric_vars
+        return groups
+    if isinstance(state, Mapping):
+        if not state:
+            raise ValueError("state must name at least one trackable, got {}.")
+        for key in state:
+            if not isinstance(key, str) or not key.isidentifier():
+                raise ValueError(
+                    f"state keys must be identifiers such as 'model' or 'rng', "
+                    f"got {key!r}."
+                )
+        models = [v for v in state.values() if isinstance(v, keras.Model)]
+        for value in state.values():
+            if isinstance(value, keras.optimizers.Optimizer):
+                _build_optimizer(value, models)
+        return dict(state)
+    raise TypeError(
+        f"state must be a keras.Model or a dict of trackables (name -> model, "
+        f"optimizer, tf.Variable, tf.random.Generator, ...), got "
+        f"{type(state).__name__}."
+    )
+
+
+class TrainingState:
+    """The trackables of one training setup, ready to write or read.
+
+    Args:
+        state: a ``keras.Model`` (with its optimizer and metrics) or a mapping
+            of name to trackable.
+    """
+
+    def __init__(self, state: StateLike) -> None:
+        import tensorflow as tf
+
+        self.source = state
+        self._groups: dict[str, Any] = {}
+        self.structure: dict[str, Any] = {}
+        children: dict[str, Any] = {}
+        for group, obj in expand(state).items():
+            variables = _variable_list(obj)
+            if variables is None:
+                self._groups[group] = obj
+                self.structure[group] = f"object:{type(obj).__name__}"
+                children[group] = obj
+            else:
+                self._groups[group] = variables
+                self.structure[group] = [_describe(v) for v in variables]
+                children[group] = {
+                    f"{i:06d}": _tf_variable(v) for i, v in enumerate(variables)
+                }
+        self._children = children
+        # One Checkpoint object for the life of this state: TF's async
+        # checkpointing keeps its writer thread on it.
+        self.checkpoint = tf.train.Checkpoint(**children)
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate bytes of the variables (opaque trackables excluded)."""
+        total = 0
+        for variables in self._groups.values():
+            if isinstance(variables, list):
+                for v in variables:
+                    total += int(v.shape.num_elements() or 0) * v.dtype.size
+        return total
+
+    def write(self, prefix: str, options: Any) -> None:
+        """Write the checkpoint files ``prefix.index`` / ``prefix.data-*``."""
+        self.checkpoint.write(prefix, options=options)
+
+    def sync(self) -> None:
+        """Wait for an asynchronous write to reach the local disk."""
+        sync = getattr(self.checkpoint, "sync", None)
+        if sync is not None:
+            sync()
+
+    def restore(self, prefix: str, saved: dict[str, Any], options: Any) -> list[str]:
+        """Read ``prefix`` into the live variables.
+
+        Args:
+            prefix: local checkpoint prefix.
+            saved: the structure recorded in the manifest.
+            options: ``tf.train.CheckpointOptions``.
+
+        Returns:
+            Optional groups that were skipped because they did not match.
+
+        Raises:
+            StructureMismatchError: a required group differs.
+        """
+        import tensorflow as tf
+
+        skipped: list[str] = []
+        problems: list[str] = []
+        for group in sorted(set(self.structure) | set(saved)):
+            mine, theirs = self.structure.get(group), saved.get(group)
+            diff = describe_difference(group, theirs, mine)
+            if diff is None:
+                continue
+            if group in OPTIONAL_GROUPS:
+                skipped.append(group)
+                log.warning("checkpoint: not restoring %s: %s", group, diff)
+            else:
+                problems.append(diff)
+        if problems:
+            raise StructureMismatchError(
+                "The checkpoint does not fit the state being restored:\n  "
+                + "\n  ".join(problems)
+                + "\nBuild the same model and optimizer as the run that saved it "
+                "(same layers in the same order, optimizer built on the same "
+                "variables), or start a new run_dir."
+            )
+        if skipped:
+            children = {k: v for k, v in self._children.items() if k not in skipped}
+            reader = tf.train.Checkpoint(**children)
+        else:
+            reader = self.checkpoint  # reuses TF's cached restore functions
+        status = reader.read(prefix, options=options)
+        status.expect_partial()
+        status.assert_existing_objects_matched()
+        return skipped
+
+
+def describe_difference(group: str, saved: Any, live: Any) -> str | None:
+    """One line naming how group ``group`` differs, or None if it fits."""
+    if saved == live:
+        return None
+    if saved is None:
+        return f"{group}: in the state being restored but not in the checkpoint"
+    if live is None:
+        return f"{group}: in the checkpoint but not in the state being restored"
+    if isinstance(saved, str) or isinstance(live, str):
+        if saved == live:
+            return None
+        return f"{group}: checkpoint has {saved!r}, state has {live!r}"
+    lines: list[str] = []
+    if len(saved) != len(live):
+        lines.append(f"{len(saved)} variables in the checkpoint, {len(live)} now")
+    for index, (old, new) in enumerate(zip(saved, live, strict=False)):
+        # Names are not compared: Keras renames layers of a rebuilt model.
+        if list(old[1]) != list(new[1]) or old[2] != new[2]:
+            lines.append(
+                f"#{index} checkpoint {old[0]} {old[2]}{list(old[1])} vs "
+                f"now {new[0]} {new[2]}{list(new[1])}"
+            )
+    names_saved = {v[0] for v in saved}
+    if len(saved) != len(live):
+        only_saved = [v[0] for v in saved if v[0] not in {n[0] for n in live}]
+        only_live = [v[0] for v in live if v[0] not in names_saved]
+        if only_saved:
+            lines.append(f"only in checkpoint: {only_saved[:8]}")
+        if only_live:
+            lines.append(f"only now: {only_live[:8]}")
+    if not lines:
+        return None  # same shapes and dtypes: only auto-generated names differ
+    return f"{group}: " + "; ".join(lines[:10])

@@ -1,0 +1,135 @@
+"""When a save is due: a small, pure decision with an injectable clock.
+
+Reasons, checked in this order: a requested save (``save_now``), the
+runtime's maximum lifetime drawing near, every N steps, every T seconds.
+The lifetime deadline fires once: after that save the VM may live on for a
+while, and saving every step until it dies would stall training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+# Colab ends a runtime after about 12 h; saving at 11.5 h leaves room for
+# one upload of a large model.
+DEFAULT_LIFETIME_SECONDS = 11.5 * 3600
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TriggerOptions:
+    """When to save.
+
+    Attributes:
+        every_steps: save when this many steps passed since the last save
+            (None: no step trigger).
+        every_seconds: save when this much time passed since the last save
+            (None: no time trigger).
+        lifetime_seconds: save once when the VM is this old (seconds since
+            boot; None: no deadline trigger).
+        boot_time: when the VM booted, seconds since the epoch (by the same
+            clock as ``clock``); None: no deadline trigger.
+    """
+
+    every_steps: int | None = None
+    every_seconds: float | None = 600.0
+    lifetime_seconds: float | None = DEFAULT_LIFETIME_SECONDS
+    boot_time: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.every_steps is not None and (
+            not isinstance(self.every_steps, int)
+            or isinstance(self.every_steps, bool)
+            or self.every_steps < 1
+        ):
+            raise ValueError(
+                f"TriggerOptions.every_steps must be an int >= 1 or None, got "
+                f"{self.every_steps!r}."
+            )
+        for name in ("every_seconds", "lifetime_seconds"):
+            value = getattr(self, name)
+            if value is not None and not (
+                isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+            ):
+                raise ValueError(
+                    f"TriggerOptions.{name} must be a number > 0 or None, "
+                    f"got {value!r}."
+                )
+        if self.boot_time is not None and not (
+            isinstance(self.boot_time, (int, float)) and math.isfinite(self.boot_time)
+        ):
+            raise ValueError(
+                f"TriggerOptions.boot_time must be seconds since the epoch or "
+                f"None, got {self.boot_time!r}."
+            )
+
+
+class SaveTriggers:
+    """Decides, step by step, whether a checkpoint is due.
+
+    Args:
+        options: the triggers.
+        clock: wall clock in seconds since the epoch (injectable for tests);
+            the same clock ``boot_time`` is measured with.
+        start_step: the step training starts (or resumes) from; counts as
+            the last save.
+    """
+
+    def __init__(
+        self,
+        options: TriggerOptions,
+        *,
+        clock: Callable[[], float] = time.time,
+        start_step: int = 0,
+    ) -> None:
+        self.options = options
+        self._clock = clock
+        self._last_step = start_step
+        self._last_time = clock()
+        self._requested = False
+        self._deadline_done = False
+
+    @property
+    def deadline(self) -> float | None:
+        """When the lifetime trigger fires (clock time), if it is set."""
+        o = self.options
+        if o.boot_time is None or o.lifetime_seconds is None:
+            return None
+        return o.boot_time + o.lifetime_seconds
+
+    def save_now(self) -> None:
+        """Ask for a save at the next step boundary."""
+        self._requested = True
+
+    def due(self, step: int) -> str | None:
+        """The reason a save is due at ``step``, or None.
+
+        Returns one of ``"requested"``, ``"lifetime"``, ``"steps"``,
+        ``"seconds"``.
+        """
+        if step == self._last_step:
+            return "requested" if self._requested else None
+        if self._requested:
+            return "requested"
+        now = self._clock()
+        deadline = self.deadline
+        if deadline is not None and not self._deadline_done and now >= deadline:
+            return "lifetime"
+        o = self.options
+        if o.every_steps is not None and step - self._last_step >= o.every_steps:
+            return "steps"
+        if o.every_seconds is not None and now - self._last_time >= o.every_seconds:
+            return "seconds"
+        return None
+
+    def saved(self, step: int, reason: str | None = None) -> None:
+        """Record that a save at ``step`` was taken (resets the intervals)."""
+        self._last_step = step
+        self._last_time = self._clock()
+        self._requested = False
+        if reason == "lifetime" or (
+            self.deadline is not None and self._last_time >= self.deadline
+        ):
+            self._deadline_done = True

@@ -1,0 +1,320 @@
+"""CheckpointManager against the GCS emulator, with TensorFlow in this process.
+
+The state here is a dict of plain ``tf.Variable``s and a
+``tf.random.Generator`` (no Keras model, no strategy): enough to exercise
+the commit protocol, verification, fallback, retention and error paths.
+The Keras + MirroredStrategy round trip and the SIGKILL test run in fresh
+processes (test_checkpoint_process.py).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from colab_resume.checkpoint import (
+    CheckpointManager,
+    NoValidCheckpointError,
+    StructureMismatchError,
+)
+from colab_resume.errors import FencedError
+from colab_resume.events import EventLog
+from colab_resume.rundir import MANIFEST, CheckpointName
+from colab_resume.storage import Storage
+
+pytestmark = [pytest.mark.emulator, pytest.mark.tf]
+
+
+def make_state(seed: int, rows: int = 64) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "w": tf.Variable(rng.standard_normal((rows, 32)).astype("float32")),
+        "b": tf.Variable(rng.standard_normal((32,)).astype("float32")),
+        "step": tf.Variable(seed, dtype=tf.int64),
+        "rng": tf.random.Generator.from_seed(seed),
+    }
+
+
+def values(state: dict) -> dict:
+    out = {k: v.numpy() for k, v in state.items() if isinstance(v, tf.Variable)}
+    out["rng"] = state["rng"].state.numpy()
+    return out
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key
+
+
+@pytest.fixture
+def storage(gcs_run_dir, gcs_options) -> Storage:
+    return Storage(gcs_run_dir, gcs_options)
+
+
+@pytest.fixture(autouse=True)
+def _staging(tmp_path, monkeypatch):
+    # Managers left open by a test stage under tmp_path, not in /tmp.
+    monkeypatch.setattr(sys.modules[__name__], "STAGING", str(tmp_path / "staging"))
+
+
+STAGING: str | None = None
+
+
+def manager(storage, *, lease=1, fence=None, events=None, **options):
+    options.setdefault("staging_dir", STAGING)
+    return CheckpointManager(
+        storage,
+        lease=lease,
+        fence=fence or (lambda: None),
+        events=events or EventLog(),
+        **options,
+    )
+
+
+def save_steps(mgr, steps, rows=64) -> dict:
+    """Save one fresh state per step; returns step -> saved values."""
+    saved = {}
+    for step in steps:
+        state = make_state(step, rows)
+        state["rng"].normal([3])  # advance the generator past its seed
+        mgr.save(state, step=step, epoch=step // 10, metrics={"loss": np.float32(0.5)})
+        mgr.wait()
+        mgr.check()
+        saved[step] = values(state)
+    return saved
+
+
+def test_round_trip_manifest_lists_files_with_server_crc(storage):
+    mgr = manager(storage, keep=5)
+    saved = save_steps(mgr, [1, 2])
+    assert mgr.committed() == [CheckpointName(1, 1), CheckpointName(2, 1)]
+    name = CheckpointName(2, 1)
+    manifest = storage.read_json(name.manifest_path)
+    listed = {i.path.rsplit("/", 1)[1]: i for i in storage.list(name.path)}
+    assert set(listed) == {f["name"] for f in manifest["files"]} | {MANIFEST}
+    for entry in manifest["files"]:
+        assert listed[entry["name"]].size == entry["size"]
+        assert listed[entry["name"]].crc32c == entry["crc32c"]
+    assert manifest["metrics"] == {"loss": 0.5} and manifest["step"] == 2
+
+    fresh = make_state(99)
+    info = manager(storage, lease=2).restore(fresh)
+    assert (info.step, info.epoch, info.lease, info.skipped) == (2, 0, 1, ())
+    assert_same(values(fresh), saved[2])
+
+
+def test_no_checkpoints_returns_none(storage):
+    assert manager(storage).restore(make_state(0)) is None
+
+
+def _damage(storage, how: str) -> str:
+    name = CheckpointName(2, 1)
+    data = sorted(i.path for i in storage.list(name.path) if ".data-" in i.path)[0]
+    full = storage.full(data)
+    # Behind the manager's back, straight on the emulator.
+    if how == "truncated":
+        storage.fs.pipe_file(full, storage.fs.cat_file(full)[:-7])
+    elif how == "corrupted":
+        body = bytearray(storage.fs.cat_file(full))
+        body[len(body) // 2] ^= 0xFF
+        storage.fs.pipe_file(full, bytes(body))
+    else:
+        storage.fs.rm_file(full)
+    return data.rsplit("/", 1)[1]
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupted", "missing"])
+def test_damaged_newest_falls_back_with_warning(storage, how):
+    saved = save_steps(manager(storage, keep=5), [1, 2])
+    bad_file = _damage(storage, how)
+    events, fresh = EventLog(), make_state(99)
+    info = manager(storage, lease=2, events=events).restore(fresh)
+    assert info.step == 1
+    assert_same(values(fresh), saved[1])
+    (warning,) = events.recent(kind="checkpoint.damaged")
+    assert warning.level == "warning"
+    assert bad_file in warning.message and how in warning.message
+    assert info.skipped[0][0] == "step-000000002.e00000001"
+
+
+def test_memory_storage_verifies_content_after_download():
+    storage = Storage(f"memory://ckpt-{time.time_ns()}")
+    saved = save_steps(manager(storage, keep=5), [1, 2])
+    name = CheckpointName(2, 1)
+    data = next(i.path for i in storage.list(name.path) if ".data-" in i.path)
+    body = bytearray(storage.read_bytes(data))
+    body[-1] ^= 0x01  # same size: only a content check can tell
+    storage.write_bytes(data, bytes(body))
+    events, fresh = EventLog(), make_state(99)
+    assert manager(storage, lease=2, events=events).restore(fresh).step == 1
+    assert_same(values(fresh), saved[1])
+    assert "corrupted" in events.recent(kind="checkpoint.damaged")[0].message
+
+
+def test_all_damaged_raises_with_listing(storage):
+    save_steps(manager(storage, keep=5), [1, 2])
+    for step in (1, 2):
+        storage.write_bytes(CheckpointName(step, 1).manifest_path, b"{not json")
+    storage.write_bytes("checkpoints/step-000000003.e00000001/ckpt.index", b"x")
+    with pytest.raises(NoValidCheckpointError) as caught:
+        manager(storage, lease=2).restore(make_state(0))
+    text = str(caught.value)
+    for line in (
+        "step-000000001.e00000001: committed",
+        "step-000000002.e00000001: committed",
+        "step-000000003.e00000001: uncommitted",
+        "not valid JSON",
+    ):
+        assert line in text
+
+
+def test_structure_mismatch_names_the_variables(storage):
+    save_steps(manager(storage), [1])
+    other = make_state(0, rows=65)
+    with pytest.raises(StructureMismatchError, match=r"w: .*\[64, 32\].*\[65, 32\]"):
+        manager(storage, lease=2).restore(other)
+
+
+def test_upload_failure_surfaces_on_next_check_and_save(emulator):
+    # A bucket that does not exist: every upload fails for real (HTTP 404).
+    storage = Storage(
+        "gs://no-such-bucket-here/run", {"token": "anon", "endpoint_url": emulator.url}
+    )
+    events = EventLog()
+    mgr = manager(storage, events=events)
+    mgr.save(make_state(1), step=1, epoch=0)  # returns: the upload is background
+    mgr.wait()
+    with pytest.raises(FileNotFoundError):
+        mgr.check()
+    mgr.check()  # raised once, not forever
+    (failed,) = events.recent(kind="checkpoint.failed")
+    assert failed.level == "error" and failed.step == 1
+    mgr.save(make_state(2), step=2, epoch=0)
+    mgr.wait()
+    with pytest.raises(FileNotFoundError):
+        mgr.save(make_state(3), step=3, epoch=0)
+    assert len(events.recent(kind="checkpoint.failed")) == 2
+
+
+def test_fenced_session_never_commits(storage):
+    def fence():
+        raise FencedError("lease 2 took the run")
+
+    events = EventLog()
+    mgr = manager(storage, fence=fence, events=events)
+    mgr.save(make_state(1), step=1, epoch=0)
+    mgr.wait()
+    with pytest.raises(FencedError):
+        mgr.check()
+    listed = [i.path for i in storage.list("checkpoints")]
+    assert listed and not any(p.endswith(MANIFEST) for p in listed)
+    assert events.recent(kind="checkpoint.fenced")
+    assert mgr.committed() == []
+
+
+class SlowUploads(Storage):
+    """A real Storage whose uploads take longer, to make stalls happen.
+
+    Only time is added; every byte still goes through gcsfs to the emulator.
+    """
+
+    def put_file(self, local_path: str, rel: str) -> None:
+        time.sleep(0.4)
+        super().put_file(local_path, rel)
+
+
+def test_save_while_uploading_waits_and_records_stall(gcs_run_dir, gcs_options):
+    events = EventLog()
+    mgr = manager(SlowUploads(gcs_run_dir, gcs_options), events=events)
+    mgr.save(make_state(1), step=1, epoch=0)
+    assert mgr.uploading
+    mgr.save(make_state(2), step=2, epoch=0)
+    mgr.close()
+    (stall,) = events.recent(kind="checkpoint.stall")
+    assert stall.step == 2 and stall.data["seconds"] > 0.1
+    assert mgr.stall_count == 1 and mgr.stall_seconds > 0.1
+    assert mgr.committed() == [CheckpointName(1, 1), CheckpointName(2, 1)]
+
+
+def test_retention_keeps_newest_and_cleans_dead_leftovers(storage):
+    # A dead session (lease 1) left an uncommitted upload; a newer one's is spared.
+    storage.write_bytes("checkpoints/step-000000005.e00000001/ckpt.index", b"x")
+    storage.write_bytes("checkpoints/step-000000009.e00000003/ckpt.index", b"x")
+    mgr = manager(storage, lease=2, keep=2, keep_every_steps=4)
+    save_steps(mgr, [2, 4, 6, 8, 10])
+    dirs = {i.path.split("/")[1] for i in storage.list("checkpoints")}
+    assert dirs == {
+        "step-000000004.e00000002",  # every 4th
+        "step-000000008.e00000002",
+        "step-000000010.e00000002",
+        "step-000000009.e00000003",  # newer lease: not ours to clean
+    }
+
+
+class DeleteFailsAfter(Storage):
+    """A real Storage whose ``delete`` raises after ``budget`` calls.
+
+    Not a mock of gcsfs: every other call, and the deletes before the
+    failure, go to the emulator for real. It stands for a connection lost
+    halfway through retention, which the emulator cannot be told to do at
+    an exact call.
+    """
+
+    budget = 10**9
+
+    def delete(self, rel: str) -> None:
+        if self.budget <= 0:
+            raise ConnectionResetError(f"injected: connection lost deleting {rel}")
+        self.budget -= 1
+        super().delete(rel)
+
+
+@pytest.mark.parametrize("budget", [0, 1, 2])
+def test_failed_delete_halfway_never_loses_newest(gcs_run_dir, gcs_options, budget):
+    storage = DeleteFailsAfter(gcs_run_dir, gcs_options)
+    events = EventLog()
+    mgr = manager(storage, keep=1, events=events)
+    saved = save_steps(mgr, [1])
+    storage.budget = budget
+    saved.update(save_steps(mgr, [2]))  # retention of step 1 fails partway
+    assert events.recent(kind="checkpoint.prune_failed")
+    assert mgr.committed()[-1] == CheckpointName(2, 1)
+    if budget >= 1:  # the manifest went first: step 1 is no longer committed
+        assert mgr.committed() == [CheckpointName(2, 1)]
+    fresh = make_state(99)
+    assert manager(storage, lease=2).restore(fresh).step == 2
+    assert_same(values(fresh), saved[2])
+    # The next successful prune finishes the job.
+    storage.budget = 10**9
+    mgr.prune()
+    assert {i.path.split("/")[1] for i in storage.list("checkpoints")} == {
+        "step-000000002.e00000001"
+    }
+
+
+def test_prune_is_fenced(storage):
+    save_steps(manager(storage, keep=5), [1, 2, 3])
+
+    def fence():
+        raise FencedError("lease 2 took the run")
+
+    with pytest.raises(FencedError):
+        manager(storage, fence=fence, keep=1).prune()
+    assert len(manager(storage).committed()) == 3
+
+
+def test_bad_arguments_name_the_field(storage):
+    with pytest.raises(ValueError, match="CheckpointConfig.keep"):
+        manager(storage, keep=0)
+    with pytest.raises(ValueError, match="CheckpointConfig.io_device"):
+        manager(storage, io_device="localhost")
+    mgr = manager(storage)
+    with pytest.raises(TypeError, match="extras must hold JSON-able"):
+        mgr.save(make_state(1), step=1, epoch=0, extras={"x": object()})
+    with pytest.raises(TypeError, match="state must be a keras.Model or a dict"):
+        mgr.save([1, 2], step=1, epoch=0)
