@@ -1,4 +1,4 @@
-"""colab_resume: long TensorFlow/Keras training runs that survive the hardware vanishing.
+"""colab_resume: TensorFlow/Keras training runs that survive the hardware vanishing.
 
 Importing this package never imports TensorFlow.
 """

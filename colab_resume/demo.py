@@ -45,12 +45,14 @@ def _train(run_dir: str, out: str) -> None:
     y = (np.sin(x) @ rng.randn(16, 1)).astype("float32")
 
     def build_model() -> keras.Model:
-        model = keras.Sequential([
-            keras.Input((16,)),
-            keras.layers.Dense(64, activation="relu"),
-            keras.layers.Dropout(0.2),
-            keras.layers.Dense(1),
-        ])
+        model = keras.Sequential(
+            [
+                keras.Input((16,)),
+                keras.layers.Dense(64, activation="relu"),
+                keras.layers.Dropout(0.2),
+                keras.layers.Dense(1),
+            ]
+        )
         model.compile(optimizer="adam", loss="mse")
         return model
 
@@ -70,8 +72,14 @@ def _train(run_dir: str, out: str) -> None:
         prefer="cpu",
         cpu_replicas=2,
     )
-    agent.fit(build_model, make_dataset, epochs=EPOCHS,
-              steps_per_epoch=STEPS_PER_EPOCH, callbacks=[Slow()], verbose=0)
+    agent.fit(
+        build_model,
+        make_dataset,
+        epochs=EPOCHS,
+        steps_per_epoch=STEPS_PER_EPOCH,
+        callbacks=[Slow()],
+        verbose=0,
+    )
     variables = agent.model.variables + agent.model.optimizer.variables
     np.savez(out, *[v.numpy() for v in variables])
 
@@ -88,8 +96,10 @@ def main(run_dir: str | None = None) -> int:
     import importlib.util
 
     if importlib.util.find_spec("tensorflow") is None:  # the children need it
-        print("The demo trains a model: install TensorFlow first "
-              "(pip install 'colab_resume[tf]').")
+        print(
+            "The demo trains a model: install TensorFlow first "
+            "(pip install 'colab_resume[tf]')."
+        )
         return 2
     import numpy as np
 
@@ -109,8 +119,10 @@ def main(run_dir: str | None = None) -> int:
         say("UNEXPECTED: the reference run failed")
         return 1
 
-    say(f"2. training into {run_dir}, checkpoint every 10 steps, heartbeat every "
-        f"{HEARTBEAT_SECONDS}s")
+    say(
+        f"2. training into {run_dir}, checkpoint every 10 steps, heartbeat every "
+        f"{HEARTBEAT_SECONDS}s"
+    )
     resumed = os.path.join(base, "resumed.npz")
     child = _child(run_dir, resumed)
     try:
@@ -121,8 +133,10 @@ def main(run_dir: str | None = None) -> int:
                 return 1
             time.sleep(0.1)
             status = cr.inspect(run_dir)
-        say(f"   {status.state} at step {status.step}, last checkpoint at step "
-            f"{status.checkpoint_step}, on {status.accelerator}")
+        say(
+            f"   {status.state} at step {status.step}, last checkpoint at step "
+            f"{status.checkpoint_step}, on {status.accelerator}"
+        )
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         killed_at = time.monotonic()
@@ -130,8 +144,10 @@ def main(run_dir: str | None = None) -> int:
         while (status := cr.inspect(run_dir)).state != "DEAD":
             say(f"   {status.state}: heartbeat {status.heartbeat_age_s}s old")
             time.sleep(0.5)
-        say(f"   DEAD, {time.monotonic() - killed_at:.1f}s after the kill "
-            f"({status.detail})")
+        say(
+            f"   DEAD, {time.monotonic() - killed_at:.1f}s after the kill "
+            f"({status.detail})"
+        )
     finally:
         if child.poll() is None:
             child.kill()

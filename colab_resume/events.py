@@ -104,5 +104,7 @@ class EventLog:
         with self._lock:
             events = list(self._events)
         if kind is not None:
-            events = [e for e in events if e.kind == kind or e.kind.startswith(kind + ".")]
+            events = [
+                e for e in events if e.kind == kind or e.kind.startswith(kind + ".")
+            ]
         return events if n is None else events[-n:]

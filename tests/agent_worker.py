@@ -45,9 +45,9 @@ def parse() -> argparse.Namespace:
 
 def main() -> int:
     args = parse()
+    import keras
     import numpy as np
     import tensorflow as tf
-    import keras
 
     from colab_resume.agent import Agent
 
@@ -59,7 +59,9 @@ def main() -> int:
 
     def make_dataset(epoch: int, skip: int = 0) -> tf.data.Dataset:
         # "Unseeded" must differ between processes even under set_random_seed.
-        seed = int.from_bytes(os.urandom(4), "little") if args.unseeded_shuffle else epoch
+        seed = (
+            int.from_bytes(os.urandom(4), "little") if args.unseeded_shuffle else epoch
+        )
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(EXAMPLES, seed=seed)
         return ds.batch(BATCH, drop_remainder=True).skip(skip)
 
@@ -73,7 +75,9 @@ def main() -> int:
                 keras.layers.Dense(1),
             ]
         )
-        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse", metrics=["mae"])
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-2), loss="mse", metrics=["mae"]
+        )
         return model
 
     steps_done = {"n": 0, "raised": False}
@@ -90,7 +94,9 @@ def main() -> int:
             steps_done["raised"] = True
             raise tf.errors.UnavailableError(None, None, "Socket closed")
 
-    options = {"token": "anon", "endpoint_url": args.endpoint} if args.endpoint else None
+    options = (
+        {"token": "anon", "endpoint_url": args.endpoint} if args.endpoint else None
+    )
     agent = Agent(
         args.run_dir,
         save_every_steps=args.save_every_steps,
@@ -143,7 +149,9 @@ def main() -> int:
                 per_example = tf.reduce_mean(tf.square(predictions - labels), axis=-1)
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=BATCH)
             grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            optimizer.apply_gradients(
+                zip(grads, model.trainable_variables, strict=True)
+            )
             return {"loss": loss}
 
         state = agent.run(
@@ -156,9 +164,14 @@ def main() -> int:
         model = state["model"]
         variables = list(model.variables) + list(state["optimizer"].variables)
 
-    arrays = {f"v{i:03d}_{v.path.replace('/', '_')}": v.numpy() for i, v in enumerate(variables)}
+    arrays = {
+        f"v{i:03d}_{v.path.replace('/', '_')}": v.numpy()
+        for i, v in enumerate(variables)
+    }
     np.savez(args.out, **arrays)
-    print(f"DONE recoveries={agent.recoveries} steps_here={steps_done['n']}", flush=True)
+    print(
+        f"DONE recoveries={agent.recoveries} steps_here={steps_done['n']}", flush=True
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ to a log file.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -36,13 +37,20 @@ class Emulator:
         self.process = subprocess.Popen(
             [
                 str(_get_binary_path()),
-                "-scheme", "http",
-                "-backend", "memory",
-                "-host", "127.0.0.1",
-                "-port", str(self.port),
-                "-external-url", self.url,
-                "-public-host", f"127.0.0.1:{self.port}",
-                "-log-level", "warn",
+                "-scheme",
+                "http",
+                "-backend",
+                "memory",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-external-url",
+                self.url,
+                "-public-host",
+                f"127.0.0.1:{self.port}",
+                "-log-level",
+                "warn",
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -68,7 +76,7 @@ class Emulator:
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(
             f"{self.url}/storage/v1/b",
-            data=('{"name": "%s"}' % name).encode(),
+            data=json.dumps({"name": name}).encode(),
             headers={"Content-Type": "application/json"},
             method="POST",
         )

@@ -26,15 +26,21 @@ def main() -> int:
     parser.add_argument("--stall-after", type=float, default=600.0)
     parser.add_argument("--mode", choices=["train", "stall", "race"], default="train")
     parser.add_argument("--takeover", action="store_true")
-    parser.add_argument("--start-at", type=float, default=None,
-                        help="wall-clock time to start at (lines up racers)")
+    parser.add_argument(
+        "--start-at",
+        type=float,
+        default=None,
+        help="wall-clock time to start at (lines up racers)",
+    )
     args = parser.parse_args()
 
     from colab_resume.errors import LeaseRaceError, RunInUseError
     from colab_resume.heartbeat import RunSession, SessionOptions
     from colab_resume.storage import Storage
 
-    options = {"token": "anon", "endpoint_url": args.endpoint} if args.endpoint else None
+    options = (
+        {"token": "anon", "endpoint_url": args.endpoint} if args.endpoint else None
+    )
     storage = Storage(args.run_dir, options)
     session_options = SessionOptions(
         heartbeat_seconds=args.heartbeat,

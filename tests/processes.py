@@ -42,7 +42,8 @@ class Proc:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
             raise AssertionError(
-                f"no {prefix!r} line within {timeout}s; stderr:\n" + "".join(self.stderr)
+                f"no {prefix!r} line within {timeout}s; stderr:\n"
+                + "".join(self.stderr)
             ) from None
         assert line.startswith(prefix), f"expected {prefix!r}, got {line!r}"
         return line

@@ -1,4 +1,4 @@
-"""DESIGN §6 guarantees 1 and 3, end to end: real TensorFlow, real SIGKILLs, GCS emulator.
+"""DESIGN §6 guarantees 1 and 3 end to end: real TF, real SIGKILLs, GCS emulator.
 
 Every run trains the same small Keras model (Dense, Dropout, BatchNorm,
 Adam) under a 2-replica MirroredStrategy with op determinism; a run that is
@@ -23,8 +23,9 @@ WORKER = os.path.join(os.path.dirname(__file__), "agent_worker.py")
 TOTAL_STEPS = 36  # 3 epochs x 12 steps, a checkpoint every 5
 
 
-def train(run_dir: str, out: str, *args: str, endpoint: str | None = None,
-          expect_rc: int = 0) -> subprocess.CompletedProcess:
+def train(
+    run_dir: str, out: str, *args: str, endpoint: str | None = None, expect_rc: int = 0
+) -> subprocess.CompletedProcess:
     argv = [sys.executable, WORKER, run_dir, out, *args]
     if endpoint:
         argv += ["--endpoint", endpoint]
@@ -71,8 +72,9 @@ def test_fit_killed_during_an_upload_resumes_bitwise(
 ):
     out = str(tmp_path / "w.npz")
     # Step 15 is a save step: the kill lands while that checkpoint uploads.
-    killed = train(gcs_run_dir, out, "--kill-at-step", "15", endpoint=emulator.url,
-                   expect_rc=-9)
+    killed = train(
+        gcs_run_dir, out, "--kill-at-step", "15", endpoint=emulator.url, expect_rc=-9
+    )
     assert "KILLING at step 15" in killed.stdout
     resumed = train(gcs_run_dir, out, endpoint=emulator.url)
     # Resumed from step 15 if its upload had committed, else from step 10.
@@ -86,7 +88,9 @@ def test_fit_recovers_from_a_lost_accelerator_in_session(
 ):
     """An UnavailableError from a callback stands in for a lost TPU (none here)."""
     out = str(tmp_path / "w.npz")
-    result = train(gcs_run_dir, out, "--unavailable-at-step", "17", endpoint=emulator.url)
+    result = train(
+        gcs_run_dir, out, "--unavailable-at-step", "17", endpoint=emulator.url
+    )
     assert "recoveries=1" in result.stdout
     # Work lost is at most the save interval: restored from step 15.
     assert steps_here(result) == TOTAL_STEPS + (17 - 15)
@@ -97,8 +101,16 @@ def test_custom_loop_killed_and_resumed_bitwise(
     reference_loop, gcs_run_dir, emulator, tmp_path
 ):
     out = str(tmp_path / "w.npz")
-    train(gcs_run_dir, out, "--loop", "run", "--kill-at-step", "22",
-          endpoint=emulator.url, expect_rc=-9)
+    train(
+        gcs_run_dir,
+        out,
+        "--loop",
+        "run",
+        "--kill-at-step",
+        "22",
+        endpoint=emulator.url,
+        expect_rc=-9,
+    )
     resumed = train(gcs_run_dir, out, "--loop", "run", endpoint=emulator.url)
     # Step 20's upload may not have committed two steps later: then step 15.
     assert steps_here(resumed) in (TOTAL_STEPS - 20, TOTAL_STEPS - 15)
@@ -115,7 +127,8 @@ def test_random_external_kills_then_completed_run_returns_at_once(
     for _ in range(2):
         proc = subprocess.Popen(
             [sys.executable, WORKER, gcs_run_dir, out, "--endpoint", emulator.url],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         # Wait until training is under way (a lease exists), then a random delay.
         deadline = time.monotonic() + 60
@@ -131,11 +144,21 @@ def test_random_external_kills_then_completed_run_returns_at_once(
     assert_bitwise_equal(reference_fit, str(tmp_path / "again.npz"))
 
 
-def test_non_deterministic_dataset_is_detected_on_resume(gcs_run_dir, emulator, tmp_path):
+def test_non_deterministic_dataset_is_detected_on_resume(
+    gcs_run_dir, emulator, tmp_path
+):
     out = str(tmp_path / "w.npz")
-    train(gcs_run_dir, out, "--unseeded-shuffle", "--kill-at-step", "15",
-          endpoint=emulator.url, expect_rc=-9)
-    result = train(gcs_run_dir, out, "--unseeded-shuffle", endpoint=emulator.url,
-                   expect_rc=1)
+    train(
+        gcs_run_dir,
+        out,
+        "--unseeded-shuffle",
+        "--kill-at-step",
+        "15",
+        endpoint=emulator.url,
+        expect_rc=-9,
+    )
+    result = train(
+        gcs_run_dir, out, "--unseeded-shuffle", endpoint=emulator.url, expect_rc=1
+    )
     assert "NonDeterministicDatasetError" in result.stderr
     assert "shuffle with a seed" in result.stderr

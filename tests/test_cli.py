@@ -29,7 +29,9 @@ def endpoint_args(emulator) -> list[str]:
 
 
 def test_status_json_says_dead_after_the_holder_is_killed(gcs_run_dir, emulator):
-    proc = holder(gcs_run_dir, emulator.url, "--heartbeat", "0.3", "--dead-after", "1.5")
+    proc = holder(
+        gcs_run_dir, emulator.url, "--heartbeat", "0.3", "--dead-after", "1.5"
+    )
     proc.expect("READY")
     alive = run_cli("status", gcs_run_dir, "--json", *endpoint_args(emulator))
     assert alive.returncode == 0, alive.stderr
@@ -39,8 +41,16 @@ def test_status_json_says_dead_after_the_holder_is_killed(gcs_run_dir, emulator)
     dead = run_cli("status", gcs_run_dir, "--json", *endpoint_args(emulator))
     status = json.loads(dead.stdout)
     assert status["state"] == "DEAD"
-    for key in ("state", "step", "checkpoint_step", "heartbeat_age_s", "lease",
-                "session_id", "host", "accelerator"):
+    for key in (
+        "state",
+        "step",
+        "checkpoint_step",
+        "heartbeat_age_s",
+        "lease",
+        "session_id",
+        "host",
+        "accelerator",
+    ):
         assert key in status
 
 
@@ -57,7 +67,8 @@ def test_status_answers_fast_without_tensorflow(gcs_run_dir, emulator, gcs_optio
         f"    rc = main(['status', {gcs_run_dir!r}, '--json', '--endpoint-url', "
         f"{emulator.url!r}, '--token', 'anon'])\n"
         "print(json.dumps({'rc': rc, 'seconds': time.perf_counter() - start,\n"
-        "  'tf': 'tensorflow' in sys.modules, 'state': json.loads(out.getvalue())['state']}))\n"
+        "  'tf': 'tensorflow' in sys.modules,\n"
+        "  'state': json.loads(out.getvalue())['state']}))\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
@@ -72,7 +83,9 @@ def test_status_answers_fast_without_tensorflow(gcs_run_dir, emulator, gcs_optio
 def test_watch_exits_3_on_dead_and_alerts_without_a_shell(
     gcs_run_dir, emulator, tmp_path
 ):
-    proc = holder(gcs_run_dir, emulator.url, "--heartbeat", "0.3", "--dead-after", "1.5")
+    proc = holder(
+        gcs_run_dir, emulator.url, "--heartbeat", "0.3", "--dead-after", "1.5"
+    )
     proc.expect("READY")
     facts = tmp_path / "facts.json"
     pwned = tmp_path / "pwned"
@@ -83,9 +96,19 @@ def test_watch_exits_3_on_dead_and_alerts_without_a_shell(
     # A shell would run the $(...) and create `pwned`; we pass it as a plain argument.
     on_dead = f"{sys.executable} -c \"{dump}\" {facts} '$(touch {pwned})'"
     watcher = subprocess.Popen(
-        CLI + ["watch", gcs_run_dir, "--interval", "0.2", "--on-dead", on_dead,
-               *endpoint_args(emulator)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        CLI
+        + [
+            "watch",
+            gcs_run_dir,
+            "--interval",
+            "0.2",
+            "--on-dead",
+            on_dead,
+            *endpoint_args(emulator),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     time.sleep(1.0)
     assert watcher.poll() is None  # still watching a live run
@@ -105,7 +128,9 @@ def test_watch_exits_0_on_completed(gcs_run_dir, emulator, gcs_options):
         Storage(gcs_run_dir, gcs_options), SessionOptions(heartbeat_seconds=5)
     )
     session.complete()
-    result = run_cli("watch", gcs_run_dir, "--interval", "0.2", *endpoint_args(emulator))
+    result = run_cli(
+        "watch", gcs_run_dir, "--interval", "0.2", *endpoint_args(emulator)
+    )
     assert result.returncode == 0, result.stderr
     assert "COMPLETED" in result.stdout
 
@@ -127,7 +152,9 @@ def test_ls_shows_leases_and_committed_and_uncommitted_checkpoints(
     assert "session " + session.session_id in result.stdout
     assert "step       200  lease    1  committed" in result.stdout
     assert "step       300  lease    1  UNCOMMITTED" in result.stdout
-    listing = json.loads(run_cli("ls", gcs_run_dir, "--json", *endpoint_args(emulator)).stdout)
+    listing = json.loads(
+        run_cli("ls", gcs_run_dir, "--json", *endpoint_args(emulator)).stdout
+    )
     assert [c["committed"] for c in listing["checkpoints"]] == [True, False]
     assert listing["leases"][0]["heartbeat"]["state"] == "stopped"
 
@@ -139,16 +166,29 @@ def test_bad_url_is_a_one_line_error_naming_the_fix(capsys):
 
 
 def test_missing_bucket_names_the_create_command(emulator, capsys):
-    rc = main(["status", "gs://no-such-bucket-here/run", "--endpoint-url", emulator.url,
-               "--token", "anon"])
+    rc = main(
+        [
+            "status",
+            "gs://no-such-bucket-here/run",
+            "--endpoint-url",
+            emulator.url,
+            "--token",
+            "anon",
+        ]
+    )
     assert rc == 1
-    assert "gcloud storage buckets create gs://no-such-bucket-here" in capsys.readouterr().err
+    assert (
+        "gcloud storage buckets create gs://no-such-bucket-here"
+        in capsys.readouterr().err
+    )
 
 
 def test_demo_runs(tmp_path):
     result = subprocess.run(
         CLI + ["demo", "--run-dir", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,4 +1,4 @@
-"""Leases, heartbeats, fencing and liveness against the GCS emulator, with real kills."""
+"""Leases, heartbeats, fencing and liveness on the GCS emulator, with real kills."""
 
 from __future__ import annotations
 
@@ -54,8 +54,16 @@ def test_lease_race_between_processes_has_exactly_one_winner(
     """Five processes race for a new run at the same instant: one wins."""
     start_at = time.time() + 4.0
     racers = [
-        holder(gcs_run_dir, emulator.url, "--mode", "race", "--heartbeat", str(BEAT),
-               "--start-at", str(start_at))
+        holder(
+            gcs_run_dir,
+            emulator.url,
+            "--mode",
+            "race",
+            "--heartbeat",
+            str(BEAT),
+            "--start-at",
+            str(start_at),
+        )
         for _ in range(5)
     ]
     try:
@@ -77,7 +85,9 @@ def test_holder_is_fenced_within_one_beat_and_stops_writing(
 ):
     proc = start_holder(gcs_run_dir, emulator)
     try:
-        taker = RunSession.open(storage, SessionOptions(heartbeat_seconds=BEAT, takeover=True))
+        taker = RunSession.open(
+            storage, SessionOptions(heartbeat_seconds=BEAT, takeover=True)
+        )
         taken = time.monotonic()
         line = proc.expect("FENCED", timeout=10)
         fenced_after = time.monotonic() - taken
@@ -86,10 +96,14 @@ def test_holder_is_fenced_within_one_beat_and_stops_writing(
         assert fenced_after < BEAT + 1.5, fenced_after
         old_beat = rundir.heartbeat_path(1)
         before = storage.info(old_beat).updated
-        others_before = {o.path: o.updated for o in storage.list() if "00000002" not in o.path}
+        others_before = {
+            o.path: o.updated for o in storage.list() if "00000002" not in o.path
+        }
         time.sleep(4 * BEAT)
         assert storage.info(old_beat).updated == before
-        others_after = {o.path: o.updated for o in storage.list() if "00000002" not in o.path}
+        others_after = {
+            o.path: o.updated for o in storage.list() if "00000002" not in o.path
+        }
         assert others_after == others_before
         taker.close()
     finally:
@@ -131,10 +145,14 @@ def test_alive_then_dead_within_bound_after_sigkill(gcs_run_dir, emulator, gcs_o
 
 
 def test_beating_without_progress_is_stalled(gcs_run_dir, emulator, gcs_options):
-    proc = start_holder(gcs_run_dir, emulator, "--mode", "stall", "--stall-after", "1.0")
+    proc = start_holder(
+        gcs_run_dir, emulator, "--mode", "stall", "--stall-after", "1.0"
+    )
     try:
         status = wait_for(
-            lambda: (s := cr.inspect(gcs_run_dir, gcs_options)).state == "STALLED" and s,
+            lambda: (
+                (s := cr.inspect(gcs_run_dir, gcs_options)).state == "STALLED" and s
+            ),
             timeout=10,
         )
         assert status.heartbeat_age_s < DEAD_AFTER

@@ -19,15 +19,32 @@ def memory_run() -> str:
 
 
 def beat(**overrides) -> BeatRecord:
-    fields = dict(session_id="s", host="h", lease=1, beat=3, state="training", step=7,
-                  progress_at=1.0, since_progress_s=0.0, written_at=1.0)
+    fields = dict(
+        session_id="s",
+        host="h",
+        lease=1,
+        beat=3,
+        state="training",
+        step=7,
+        progress_at=1.0,
+        since_progress_s=0.0,
+        written_at=1.0,
+    )
     fields.update(overrides)
     return BeatRecord(**fields)
 
 
-LEASE = LeaseRecord(lease=1, session_id="s", host="h", pid=1, created_at=0.0,
-                    package_version="0", heartbeat_seconds=30.0,
-                    dead_after_seconds=120.0, stall_after_seconds=600.0)
+LEASE = LeaseRecord(
+    lease=1,
+    session_id="s",
+    host="h",
+    pid=1,
+    created_at=0.0,
+    package_version="0",
+    heartbeat_seconds=30.0,
+    dead_after_seconds=120.0,
+    stall_after_seconds=600.0,
+)
 
 
 @pytest.mark.parametrize(
@@ -47,8 +64,14 @@ LEASE = LeaseRecord(lease=1, session_id="s", host="h", pid=1, created_at=0.0,
     ],
 )
 def test_verdicts(done, the_beat, age, expected):
-    state, detail = liveness.judge(done=done, lease=LEASE, beat=the_beat, age=age,
-                                   dead_after=120.0, stall_after=600.0)
+    state, detail = liveness.judge(
+        done=done,
+        lease=LEASE,
+        beat=the_beat,
+        age=age,
+        dead_after=120.0,
+        stall_after=600.0,
+    )
     assert state == expected
     assert detail
 

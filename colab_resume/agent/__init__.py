@@ -1,4 +1,4 @@
-"""The Agent: training that resumes exactly after a session dies or an accelerator drops."""
+"""The Agent: training that resumes exactly after a session or accelerator dies."""
 
 from colab_resume.agent.core import Agent
 from colab_resume.agent.options import AgentOptions

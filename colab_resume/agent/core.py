@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from colab_resume import rundir
+from colab_resume.agent.callback import ModelState, StartPoint, make_callback
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.custom_loop import CustomLoop
 from colab_resume.agent.keras_fit import KerasFit
@@ -37,7 +38,7 @@ from colab_resume.errors import FencedError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_status
 from colab_resume.heartbeat.lease import current_lease
-from colab_resume.runtime import Accelerator, ConnectOptions, Connection, vm_age
+from colab_resume.runtime import Accelerator, Connection, ConnectOptions, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
 
@@ -82,6 +83,7 @@ class Agent:
         self.checkpoints: CheckpointManager | None = None
         self.recoveries = 0
         self._duties: StepDuties | None = None
+        self._light: ModelState | None = None  # the restore()/callback() path
 
     # --- the accelerator --------------------------------------------------------------
 
@@ -95,7 +97,7 @@ class Agent:
     def connection(self) -> Connection | None:
         return self.accelerator.connection
 
-    # --- training -------------------------------------------------------------------
+    # --- training ---------------------------------------------------------------------
 
     def fit(
         self,
@@ -161,11 +163,13 @@ class Agent:
             total_steps=total_steps,
             steps_per_epoch=steps_per_epoch,
         )
-        self._drive(driver, lambda start, duties: driver.train(start, duties, self.connect()))
+        self._drive(
+            driver, lambda start, duties: driver.train(start, duties, self.connect())
+        )
         self.state = driver.state
         return driver.state
 
-    # --- steering (any thread; acted on between steps) -------------------------------
+    # --- steering (any thread; acted on between steps) --------------------------------
 
     def save_now(self) -> None:
         """Checkpoint at the next step boundary."""
@@ -186,7 +190,7 @@ class Agent:
         """The run's status as anyone would read it from storage."""
         return read_status(self.storage)
 
-    # --- the outer loop -------------------------------------------------------------------
+    # --- the outer loop ---------------------------------------------------------------
 
     def _drive(self, driver: Any, train: Callable[[int, StepDuties], None]) -> None:
         strategy = self.connect()
@@ -194,6 +198,19 @@ class Agent:
         if self.storage.exists(rundir.DONE_RECORD):
             self._load_completed(driver, strategy)
             return
+        session, manager = self._take_run()
+        try:
+            with _graceful_sigterm(self.controls):
+                self._train_with_recovery(driver, train, session, manager)
+            self._finish(driver.total_steps, session, manager)
+        except BaseException as exc:
+            self._fail(exc, session, manager)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                manager.close()
+
+    def _take_run(self) -> tuple[RunSession, CheckpointManager]:
         session = RunSession.open(
             self.storage,
             SessionOptions(
@@ -216,23 +233,72 @@ class Agent:
             io_device=connection.io_device if connection else None,
         )
         self.session, self.checkpoints = session, manager
-        try:
-            with _graceful_sigterm(self.controls):
-                self._train_with_recovery(driver, train, session, manager)
-            self._finish(driver, session, manager)
-        except FencedError:
+        return session, manager
+
+    def _fail(
+        self, exc: BaseException, session: RunSession, manager: CheckpointManager
+    ) -> None:
+        if isinstance(exc, FencedError):
             session.close("fenced")
-            raise
+            return
+        self._last_save_if_safe(manager)
+        if isinstance(exc, KeyboardInterrupt):
+            session.close("stopped")
+        else:
+            session.close("failed", error=f"{type(exc).__name__}: {exc}")
+
+    # --- the lighter path: your own model.fit -----------------------------------------
+
+    def restore(self, model: Any) -> StartPoint:
+        """Take the run and load its newest checkpoint into ``model``.
+
+        For the lighter path (see :mod:`colab_resume.agent.callback`): build
+        and compile ``model`` in your strategy scope, call this, then
+        ``model.fit(..., initial_epoch=start.initial_epoch,
+        callbacks=[agent.callback()])``. No in-session recovery.
+
+        Returns:
+            Where the model stands: ``step``, ``initial_epoch``, ``skip``.
+        """
+        self.controls.reset()
+        session, manager = self._take_run()
+        driver = ModelState(model)
+        try:
+            info = manager.restore(model)
         except BaseException as exc:
-            self._last_save_if_safe(manager)
-            if isinstance(exc, KeyboardInterrupt):
-                session.close("stopped")
-            else:
-                session.close("failed", error=f"{type(exc).__name__}: {exc}")
+            self._fail(exc, session, manager)
             raise
-        finally:
-            with contextlib.suppress(Exception):
-                manager.close()
+        start = info.step if info else 0
+        self.model = model
+        self._duties = self._make_duties(driver, session, manager, start)
+        self._light = driver
+        if info is None:
+            return StartPoint(step=0, initial_epoch=0, skip=0)
+        return driver.start_point(info.step, info.epoch, info.extras)
+
+    def callback(self) -> Any:
+        """A Keras callback: checkpoints and heartbeats for your own ``model.fit``.
+
+        Raises:
+            RuntimeError: :meth:`restore` was not called first.
+        """
+        if self._light is None or self._duties is None:
+            raise RuntimeError(
+                "agent.callback() needs agent.restore(model) first: restore takes "
+                "the run and loads the newest checkpoint into your model."
+            )
+        session, manager = self.session, self.checkpoints
+        assert session is not None and manager is not None
+        duties = self._duties
+
+        def finish() -> None:
+            try:
+                self._finish(None, session, manager)
+            finally:
+                with contextlib.suppress(Exception):
+                    manager.close()
+
+        return make_callback(self._light, duties, finish)
 
     def _train_with_recovery(
         self,
@@ -315,16 +381,23 @@ class Agent:
         duties.step = start
         return duties
 
-    def _finish(self, driver: Any, session: RunSession, manager: CheckpointManager) -> None:
+    def _finish(
+        self, total_steps: int | None, session: RunSession, manager: CheckpointManager
+    ) -> None:
+        """Final checkpoint, wait for its commit, then DONE.json (or 'stopped')."""
         duties = self._duties
         assert duties is not None
         duties.save(duties.step, reason="final")
         manager.wait()
         manager.check()
-        stopped = self.controls.stop_requested and duties.step < driver.total_steps
+        stopped = self.controls.stop_requested and (
+            total_steps is None or duties.step < total_steps
+        )
         if stopped:
             session.close("stopped")
-            self.events.emit("run.stopped", f"stopped at step {duties.step}", step=duties.step)
+            self.events.emit(
+                "run.stopped", f"stopped at step {duties.step}", step=duties.step
+            )
         else:
             session.complete({"final_step": duties.step})
 
@@ -359,7 +432,9 @@ class Agent:
             driver.restored(reader.restore(driver.state))
         finally:
             reader.close()
-        self.events.emit("run.already_completed", "the run had completed; restored its final state")
+        self.events.emit(
+            "run.already_completed", "the run had completed; restored its final state"
+        )
 
     def _storage_retried(
         self, operation: str, attempt: int, exc: BaseException, delay: float

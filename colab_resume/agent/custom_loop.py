@@ -43,7 +43,10 @@ class CustomLoop:
         _check_callable("build_state", build_state)
         _check_callable("make_dataset", make_dataset)
         _check_callable("train_step", train_step)
-        for name, value in (("total_steps", total_steps), ("steps_per_epoch", steps_per_epoch)):
+        for name, value in (
+            ("total_steps", total_steps),
+            ("steps_per_epoch", steps_per_epoch),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
         self.build_state = build_state
@@ -95,7 +98,9 @@ class CustomLoop:
         start_epoch, skip = split_step(start_step, self.steps_per_epoch)
         if start_step and str(start_epoch) in self.fingerprints:
             check_fingerprint(
-                start_epoch, self.fingerprints[str(start_epoch)], self._fingerprint(start_epoch)
+                start_epoch,
+                self.fingerprints[str(start_epoch)],
+                self._fingerprint(start_epoch),
             )
         epoch = start_epoch
         while step < self.total_steps:
@@ -121,7 +126,9 @@ class CustomLoop:
             epoch += 1
 
     def _fingerprint(self, epoch: int) -> str:
-        return fingerprint(epoch_dataset(self.make_dataset, epoch, skip=0, steps_per_epoch=1))
+        return fingerprint(
+            epoch_dataset(self.make_dataset, epoch, skip=0, steps_per_epoch=1)
+        )
 
 
 def _metrics(outputs: Any) -> dict[str, float]:

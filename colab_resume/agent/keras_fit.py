@@ -70,7 +70,7 @@ class KerasFit:
     def total_steps(self) -> int:
         return self.epochs * self.steps_per_epoch
 
-    # --- the driver protocol (see Agent._train) ---------------------------------
+    # --- the driver protocol (see Agent._train) ---------------------------------------
 
     def build(self) -> None:
         """Call ``build_model()``; the agent has entered a fresh strategy scope."""
@@ -139,7 +139,7 @@ class KerasFit:
                 break
         hook.finish()
 
-    # --- data determinism ---------------------------------------------------------
+    # --- data determinism -------------------------------------------------------------
 
     def _first_batch_fingerprint(self, epoch: int) -> str:
         return fingerprint(
@@ -158,10 +158,12 @@ class KerasFit:
         if seen:
             epoch = max(seen)
             check_fingerprint(
-                epoch, self.fingerprints[str(epoch)], self._first_batch_fingerprint(epoch)
+                epoch,
+                self.fingerprints[str(epoch)],
+                self._first_batch_fingerprint(epoch),
             )
 
-    # --- called by the hook -------------------------------------------------------------
+    # --- called by the hook -----------------------------------------------------------
 
     def record_epoch(self, epoch: int, logs: dict[str, Any] | None) -> None:
         self.history.epoch.append(epoch)

@@ -102,4 +102,6 @@ def _positive_number(options: AgentOptions, name: str, optional: bool = False) -
         or value <= 0
     ):
         tail = " or None" if optional else ""
-        raise ValueError(f"{name} must be a number of seconds > 0{tail}, got {value!r}.")
+        raise ValueError(
+            f"{name} must be a number of seconds > 0{tail}, got {value!r}."
+        )

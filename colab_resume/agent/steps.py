@@ -71,7 +71,9 @@ class StepDuties:
             self._pause(step)
         if self.controls.stop_requested:
             self.save(step, reason="stop")
-            self.events.emit("run.stopping", f"stop requested; saved step {step}", step=step)
+            self.events.emit(
+                "run.stopping", f"stop requested; saved step {step}", step=step
+            )
             return True
         reason = self.triggers.due(step)
         if reason is not None:

@@ -1,10 +1,10 @@
 """``colab-resume``: inspect runs from anywhere, without TensorFlow.
 
-    colab-resume status RUN_DIR [--json]
-    colab-resume watch RUN_DIR [--interval S] [--on-dead CMD]
-    colab-resume ls RUN_DIR [--json]
-    colab-resume prune RUN_DIR --keep N
-    colab-resume demo
+colab-resume status RUN_DIR [--json]
+colab-resume watch RUN_DIR [--interval S] [--on-dead CMD]
+colab-resume ls RUN_DIR [--json]
+colab-resume prune RUN_DIR --keep N
+colab-resume demo
 """
 
 from __future__ import annotations
@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def with_run_dir(name: str, help_text: str) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help_text, description=help_text)
-        cmd.add_argument("run_dir", metavar="RUN_DIR", help="gs://bucket/path or a path")
+        cmd.add_argument(
+            "run_dir", metavar="RUN_DIR", help="gs://bucket/path or a path"
+        )
         cmd.add_argument("--endpoint-url", help="GCS endpoint (e.g. an emulator)")
         cmd.add_argument("--token", help="gcsfs token: 'anon' or a key file path")
         cmd.add_argument("--project", help="GCP project")
@@ -101,12 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = with_run_dir("status", "Is the run alive, stalled, dead or finished?")
     status.add_argument("--json", action="store_true", help="print RunStatus as JSON")
-    status.add_argument("--dead-after", type=float, help="override the holder's threshold")
+    status.add_argument(
+        "--dead-after", type=float, help="override the holder's threshold"
+    )
     status.set_defaults(func=cmd_status)
 
     watch = with_run_dir("watch", "Follow a run; exit 0 COMPLETED, 3 DEAD, 4 FAILED.")
-    watch.add_argument("--interval", type=float, default=5.0, help="seconds between polls")
-    watch.add_argument("--dead-after", type=float, help="override the holder's threshold")
+    watch.add_argument(
+        "--interval", type=float, default=5.0, help="seconds between polls"
+    )
+    watch.add_argument(
+        "--dead-after", type=float, help="override the holder's threshold"
+    )
     watch.add_argument(
         "--on-dead",
         metavar="CMD",
@@ -120,7 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_ls)
 
     demo = sub.add_parser("demo", help="Train, die silently, detect it, resume.")
-    demo.add_argument("--run-dir", help="where to put the demo run (default: a temp dir)")
+    demo.add_argument(
+        "--run-dir", help="where to put the demo run (default: a temp dir)"
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 

@@ -1,4 +1,4 @@
-"""What ``colab-resume ls`` shows: the run directory, sorted into the protocol's parts."""
+"""What ``colab-resume ls`` shows: the run directory, by the protocol's parts."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ def collect(storage: Storage) -> dict[str, Any]:
         pass
     except CorruptRecordError as exc:
         out["run"] = {"error": str(exc)}
-    beats = {o.path: o for o in objects if o.path.startswith(rundir.HEARTBEAT_DIR + "/")}
+    beats = {
+        o.path: o for o in objects if o.path.startswith(rundir.HEARTBEAT_DIR + "/")
+    }
     for number, info in list_leases(storage):
         entry: dict[str, Any] = {"lease": number, "created": info.updated}
         try:
@@ -69,7 +71,9 @@ def checkpoints(objects: list[ObjectInfo]) -> list[CheckpointEntry]:
         name = rundir.CheckpointName.parse(parts[1])
         if name is None:
             continue
-        entry = found.setdefault(name, CheckpointEntry(name.step, name.lease, False, 0, 0))
+        entry = found.setdefault(
+            name, CheckpointEntry(name.step, name.lease, False, 0, 0)
+        )
         if parts[2] == rundir.MANIFEST and len(parts) == 3:
             entry.committed = True
         else:

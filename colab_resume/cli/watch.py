@@ -27,10 +27,13 @@ EXIT_CODES = {liveness.COMPLETED: 0, liveness.DEAD: 3, liveness.FAILED: 4}
 
 
 def one_line(status: RunStatus) -> str:
+    def show(value: object) -> str:
+        return "-" if value is None else str(value)
+
     age = "-" if status.heartbeat_age_s is None else f"{status.heartbeat_age_s:.0f}s"
     return (
-        f"{status.state:<9} step {status.step if status.step is not None else '-'}"
-        f"  ckpt {status.checkpoint_step if status.checkpoint_step is not None else '-'}"
+        f"{status.state:<9} step {show(status.step)}"
+        f"  ckpt {show(status.checkpoint_step)}"
         f"  beat {age} ago  lease {status.lease}  {status.detail}"
     )
 
@@ -49,10 +52,14 @@ def run_alert(command: str, status: RunStatus) -> int:
     if not argv:
         return 0
     try:
-        return subprocess.run(argv, env=alert_environment(status), check=False).returncode
+        return subprocess.run(
+            argv, env=alert_environment(status), check=False
+        ).returncode
     except OSError as exc:
-        print(f"colab-resume: could not run --on-dead command {argv[0]!r}: {exc}",
-              file=sys.stderr)
+        print(
+            f"colab-resume: could not run --on-dead command {argv[0]!r}: {exc}",
+            file=sys.stderr,
+        )
         return 127
 
 

@@ -19,7 +19,12 @@ from typing import Any
 from colab_resume import rundir
 from colab_resume.events import EventLog
 from colab_resume.heartbeat.lease import is_superseded
-from colab_resume.heartbeat.records import HOLDER_STATES, BeatRecord, LeaseRecord, to_json
+from colab_resume.heartbeat.records import (
+    HOLDER_STATES,
+    BeatRecord,
+    LeaseRecord,
+    to_json,
+)
 from colab_resume.storage import RetryPolicy, Storage
 
 log = logging.getLogger(__name__)
@@ -113,7 +118,9 @@ class HeartbeatWriter:
         """Write the first beat now (errors propagate), then beat in the background."""
         self._beat()
         self._thread = threading.Thread(
-            target=self._run, name=f"colab-resume-heartbeat-{self._lease.lease}", daemon=True
+            target=self._run,
+            name=f"colab-resume-heartbeat-{self._lease.lease}",
+            daemon=True,
         )
         self._thread.start()
 
