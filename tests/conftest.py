@@ -21,6 +21,7 @@ os.environ.pop("STORAGE_EMULATOR_HOST", None)
 sys.path.insert(0, os.path.dirname(__file__))
 
 from emulator import Emulator  # noqa: E402
+from faultproxy import fault_proxy  # noqa: E402,F401  (the fault_proxy fixture)
 
 _bucket_numbers = itertools.count(1)
 

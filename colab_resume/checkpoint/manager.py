@@ -45,6 +45,8 @@ from colab_resume.storage import Storage
 log = logging.getLogger(__name__)
 
 PREFIX = "ckpt"
+# Waits shorter than this (the last file closing) are not worth a warning.
+STALL_REPORT_SECONDS = 0.05
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -235,6 +237,9 @@ class CheckpointManager:
         started = self._clock()
         self._uploader.wait()
         waited = self._clock() - started
+        if waited < STALL_REPORT_SECONDS:
+            self.check()
+            return
         self.stall_count += 1
         self.stall_seconds += waited
         self._events.emit(

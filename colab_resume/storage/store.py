@@ -21,6 +21,7 @@ import logging
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -33,16 +34,19 @@ from colab_resume.errors import (
     UnsupportedURLError,
 )
 from colab_resume.storage import auth
-from colab_resume.storage.faults import is_forbidden
+from colab_resume.storage.faults import http_status, is_forbidden
 from colab_resume.storage.retry import RetryHook, RetryPolicy, call_with_retry
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+Limit = dict[str, float]  # keyword arguments that bound one fsspec call
 
 GCS_PROTOCOLS = ("gs", "gcs")
 # Records we read back are small; anything bigger is damage or hostility.
 MAX_RECORD_BYTES = 1 << 20
+# Object metadata key naming the write call that created a create-only object.
+WRITE_ID_KEY = "colab-resume-write-id"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,10 +171,36 @@ class Storage:
 
     # --- the choke point ----------------------------------------------------
 
-    def _call(self, operation: str, func: Callable[[], T]) -> T:
+    def _call(self, operation: str, func: Callable[[Limit], T]) -> T:
+        """Run ``func(limit)`` under the retry policy.
+
+        ``func`` must pass ``**limit`` to the fsspec call it makes. On gcsfs
+        that is ``timeout=<what is left of the retry budget>``: gcsfs retries
+        inside each request on its own (6 tries, ~31 s of sleeps), unseen by
+        the policy, which would stretch a 3 s budget to ~35 s. The timeout
+        cancels that inner loop when the budget is spent, so the budget
+        bounds the whole call.
+        """
+        deadline: list[float] = []  # set when the first attempt starts
+
+        def attempt() -> T:
+            if not deadline:
+                deadline.append(time.monotonic() + self.retry.total_seconds)
+            left = deadline[0] - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(self._budget_spent())
+            if not getattr(self.fs, "async_impl", False):
+                return func({})  # local, memory: no inner retries to bound
+            try:
+                return func({"timeout": left})
+            except fsspec.exceptions.FSTimeoutError:
+                if time.monotonic() < deadline[0]:
+                    raise  # requests_timeout of a single request: retry it
+                raise TimeoutError(self._budget_spent()) from None
+
         try:
             return call_with_retry(
-                func,
+                attempt,
                 operation=operation,
                 policy=self.retry,
                 refresh_credentials=self._refresh_credentials,
@@ -180,6 +210,12 @@ class Storage:
             if is_forbidden(exc) and not isinstance(exc, PermissionDeniedError):
                 raise self._permission_denied(operation, exc) from None
             raise
+
+    def _budget_spent(self) -> str:
+        return (
+            f"still failing when the {self.retry.total_seconds:g}s retry budget "
+            f"ran out (gcsfs was retrying inside the request)"
+        )
 
     def _refresh_credentials(self) -> None:
         credentials = getattr(self.fs, "credentials", None)
@@ -217,7 +253,7 @@ class Storage:
         try:
             headers, _ = self._call(
                 f"read the bucket gs://{self.bucket}",
-                lambda: self.fs.call("GET", "b/{}", self.bucket),
+                lambda limit: self.fs.call("GET", "b/{}", self.bucket, **limit),
             )
         except FileNotFoundError:
             raise BucketNotFoundError(
@@ -249,7 +285,9 @@ class Storage:
     # --- reading ------------------------------------------------------------
 
     def exists(self, rel: str) -> bool:
-        return self._call(f"check {rel}", lambda: self.fs.exists(self.full(rel)))
+        return self._call(
+            f"check {rel}", lambda limit: self.fs.exists(self.full(rel), **limit)
+        )
 
     def read_bytes(self, rel: str, *, max_bytes: int | None = None) -> bytes:
         """Read an object whole; at most ``max_bytes`` (CorruptRecordError beyond).
@@ -259,10 +297,19 @@ class Storage:
         """
         path = self.full(rel)
         if max_bytes is None:
-            return self._call(f"read {rel}", lambda: self.fs.cat_file(path))
-        data = self._call(
-            f"read {rel}", lambda: self.fs.cat_file(path, start=0, end=max_bytes + 1)
-        )
+            return self._call(
+                f"read {rel}", lambda limit: self.fs.cat_file(path, **limit)
+            )
+
+        def read_head(limit: Limit) -> bytes:
+            try:
+                return self.fs.cat_file(path, start=0, end=max_bytes + 1, **limit)
+            except Exception as exc:
+                if http_status(exc) == 416:  # GCS: no range of an empty object
+                    return b""
+                raise
+
+        data = self._call(f"read {rel}", read_head)
         if len(data) > max_bytes:
             raise CorruptRecordError(
                 f"{self.url}/{rel} is larger than {max_bytes} bytes; it is not a "
@@ -294,23 +341,27 @@ class Storage:
 
     def info(self, rel: str) -> ObjectInfo:
         """Metadata of one object. Raises FileNotFoundError if absent."""
-        raw = self._call(f"stat {rel}", lambda: self.fs.info(self.full(rel)))
+        raw = self._call(
+            f"stat {rel}", lambda limit: self.fs.info(self.full(rel), **limit)
+        )
         return self._object_info(raw)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """All objects under ``prefix`` (recursively), sorted by path."""
         path = self.full(prefix)
 
-        def find() -> dict:
+        def find(limit: Limit) -> dict:
             try:
-                return self.fs.find(path, detail=True, withdirs=False)
+                return self.fs.find(path, detail=True, withdirs=False, **limit)
             except FileNotFoundError:
                 return {}
 
         found = self._call(f"list {prefix or '/'}", find)
         objects = (self._object_info(raw) for raw in found.values())
         # Skip the temporary files of local writes still in progress.
-        visible = (o for o in objects if not o.path.rsplit("/", 1)[-1].startswith(".tmp-"))
+        visible = (
+            o for o in objects if not o.path.rsplit("/", 1)[-1].startswith(".tmp-")
+        )
         return sorted(visible, key=lambda item: item.path)
 
     def _object_info(self, raw: dict) -> ObjectInfo:
@@ -326,7 +377,8 @@ class Storage:
     def get_file(self, rel: str, local_path: str) -> None:
         """Download one object to a local file."""
         self._call(
-            f"download {rel}", lambda: self.fs.get_file(self.full(rel), local_path)
+            f"download {rel}",
+            lambda limit: self.fs.get_file(self.full(rel), local_path, **limit),
         )
 
     # --- writing ------------------------------------------------------------
@@ -341,17 +393,39 @@ class Storage:
         path = self.full(rel)
         verb = "create" if create_only else "write"
         if self.protocol == "file":
-            self._call(f"{verb} {rel}", lambda: _local_write(path, data, create_only))
+            self._call(f"{verb} {rel}", lambda _: _local_write(path, data, create_only))
             return
         mode = "create" if create_only else "overwrite"
+        # A create whose response is lost (connection reset, truncated body)
+        # gets retried, by gcsfs or by us, and then meets the object it made
+        # itself: 412, FileExistsError, although this write won. A tag unique
+        # to this call, stored as object metadata, tells the two apart.
+        write_id = uuid.uuid4().hex
+        tag = (
+            {"metadata": {WRITE_ID_KEY: write_id}}
+            if create_only and self.is_gcs
+            else {}
+        )
         try:
             self._call(
-                f"{verb} {rel}", lambda: self.fs.pipe_file(path, data, mode=mode)
+                f"{verb} {rel}",
+                lambda limit: self.fs.pipe_file(path, data, mode=mode, **tag, **limit),
             )
         except FileNotFoundError:
             # GCS answers a write into a missing bucket with 404.
             self.check()
             raise
+        except FileExistsError:
+            if tag and self._write_id(rel) == write_id:
+                log.info("storage: %s was created by an earlier attempt", rel)
+                return
+            raise
+
+    def _write_id(self, rel: str) -> str | None:
+        raw = self._call(
+            f"stat {rel}", lambda limit: self.fs.info(self.full(rel), **limit)
+        )
+        return (raw.get("metadata") or {}).get(WRITE_ID_KEY)
 
     def write_json(self, rel: str, value: dict, *, create_only: bool = False) -> None:
         data = json.dumps(value, indent=1, sort_keys=True).encode("utf-8")
@@ -360,15 +434,16 @@ class Storage:
     def put_file(self, local_path: str, rel: str) -> None:
         """Upload one local file (not atomic on its own: commit with a marker)."""
         self._call(
-            f"upload {rel}", lambda: self.fs.put_file(local_path, self.full(rel))
+            f"upload {rel}",
+            lambda limit: self.fs.put_file(local_path, self.full(rel), **limit),
         )
 
     def delete(self, rel: str) -> None:
         """Delete one object; deleting what is already gone is not an error."""
 
-        def rm() -> None:
+        def rm(limit: Limit) -> None:
             try:
-                self.fs.rm_file(self.full(rel))
+                self.fs.rm_file(self.full(rel), **limit)
             except FileNotFoundError:
                 pass
 
@@ -400,7 +475,9 @@ def _timestamp(raw: dict) -> float:
         if isinstance(value, (int, float)):
             return float(value)
         if isinstance(value, str):
-            return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            return datetime.datetime.fromisoformat(
+                value.replace("Z", "+00:00")
+            ).timestamp()
     return 0.0
 
 
