@@ -50,7 +50,7 @@ def split_step(global_step: int, steps_per_epoch: int) -> tuple[int, int]:
 
 
 def epoch_dataset(
-    make_dataset: Callable[[int], Any],
+    make_dataset: Callable[..., Any],
     epoch: int,
     *,
     skip: int,

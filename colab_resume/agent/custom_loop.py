@@ -134,10 +134,7 @@ class CustomLoop:
 def _metrics(outputs: Any) -> dict[str, float]:
     if outputs is None:
         return {}
-    if isinstance(outputs, dict):
-        items = outputs.items()
-    else:
-        items = [("loss", outputs)]
+    items = list(outputs.items()) if isinstance(outputs, dict) else [("loss", outputs)]
     out = {}
     for key, value in items:
         try:

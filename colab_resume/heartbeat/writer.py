@@ -141,7 +141,10 @@ class HeartbeatWriter:
                 )
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+        # Fixed rate: a slow beat (retries) does not push the next one back.
+        next_beat = self._monotonic() + self.interval
+        while not self._stop.wait(max(0.0, next_beat - self._monotonic())):
+            next_beat = max(next_beat + self.interval, self._monotonic())
             if self.fenced:
                 return
             try:

@@ -85,7 +85,7 @@ def call_with_retry(
         StorageUnavailableError: transient faults outlasted the budget.
         Exception: a permanent fault, re-raised at once as it came.
     """
-    stop = tenacity.stop_after_delay(policy.total_seconds)
+    stop: tenacity.stop.stop_base = tenacity.stop_after_delay(policy.total_seconds)
     if policy.max_attempts is not None:
         stop = stop | tenacity.stop_after_attempt(policy.max_attempts)
 
