@@ -196,3 +196,34 @@ def test_demo_runs(tmp_path):
     assert "DEAD," in result.stdout
     assert "COMPLETED: lease 2" in result.stdout
     assert "bitwise equal to the uninterrupted run: True" in result.stdout
+
+
+def test_prune_keeps_the_newest_and_spares_a_live_holders_upload(
+    gcs_run_dir, gcs_options, emulator
+):
+    storage = Storage(gcs_run_dir, gcs_options)
+    first = RunSession.open(storage, SessionOptions(heartbeat_seconds=5))
+    first.close()
+    for step in (100, 200, 300, 400, 500):
+        name = rundir.CheckpointName(step=step, lease=1)
+        storage.write_bytes(f"{name.path}/ckpt.data", b"x" * 10)
+        storage.write_json(name.manifest_path, {"step": step})
+    storage.write_bytes(f"{rundir.CheckpointName(600, 1).path}/ckpt.data", b"x")
+    live = RunSession.open(storage, SessionOptions(heartbeat_seconds=5))
+    storage.write_bytes(f"{rundir.CheckpointName(700, 2).path}/ckpt.data", b"x")
+
+    args = ["prune", gcs_run_dir, "--keep", "2", *endpoint_args(emulator)]
+    dry = run_cli(*args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would delete 4 checkpoint directories" in dry.stdout
+    assert len(storage.list(rundir.CHECKPOINT_DIR)) == 12  # nothing deleted
+
+    result = run_cli(*args)
+    assert result.returncode == 0, result.stderr
+    left = {o.path.split("/")[1] for o in storage.list(rundir.CHECKPOINT_DIR)}
+    assert left == {
+        "step-000000400.e00000001",
+        "step-000000500.e00000001",
+        "step-000000700.e00000002",  # the live holder's upload in flight
+    }
+    live.close()

@@ -76,6 +76,24 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    from colab_resume.cli.prune import prune
+
+    if args.keep < 1:
+        raise SystemExit("colab-resume prune: --keep must be >= 1 (the newest stays)")
+    deleted = prune(
+        _open(args),
+        keep=args.keep,
+        keep_every_steps=args.keep_every_steps,
+        dry_run=args.dry_run,
+    )
+    verb = "would delete" if args.dry_run else "deleted"
+    for path in deleted:
+        print(f"{verb} {path}")
+    print(f"{verb} {len(deleted)} checkpoint directories")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from colab_resume.demo import main as demo_main
 
@@ -126,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls = with_run_dir("ls", "List leases, heartbeats and checkpoints.")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_ls)
+
+    prune = with_run_dir("prune", "Delete old checkpoints (never the newest).")
+    prune.add_argument("--keep", type=int, required=True, help="newest to keep")
+    prune.add_argument("--keep-every-steps", type=int, help="also keep multiples")
+    prune.add_argument("--dry-run", action="store_true", help="only list")
+    prune.set_defaults(func=cmd_prune)
 
     demo = sub.add_parser("demo", help="Train, die silently, detect it, resume.")
     demo.add_argument(

@@ -7,19 +7,11 @@ import datetime
 from typing import Any
 
 from colab_resume import rundir
+from colab_resume.checkpoint import catalog
 from colab_resume.errors import CorruptRecordError
 from colab_resume.heartbeat.lease import list_leases, read_lease
 from colab_resume.heartbeat.records import BeatRecord, RunRecord, parse
-from colab_resume.storage import ObjectInfo, Storage
-
-
-@dataclasses.dataclass
-class CheckpointEntry:
-    step: int
-    lease: int
-    committed: bool
-    files: int
-    bytes: int
+from colab_resume.storage import Storage
 
 
 def collect(storage: Storage) -> dict[str, Any]:
@@ -56,30 +48,20 @@ def collect(storage: Storage) -> dict[str, Any]:
             except CorruptRecordError as exc:
                 entry["heartbeat"] = {"error": str(exc)}
         out["leases"].append(entry)
-    out["checkpoints"] = [dataclasses.asdict(c) for c in checkpoints(objects)]
+    out["checkpoints"] = [
+        {
+            "step": entry.name.step,
+            "lease": entry.name.lease,
+            "committed": entry.committed,
+            "files": len([f for f in entry.objects if f != rundir.MANIFEST]),
+            "bytes": sum(
+                o.size for f, o in entry.objects.items() if f != rundir.MANIFEST
+            ),
+        }
+        for entry in catalog.scan(storage)
+    ]
     out["done"] = any(o.path == rundir.DONE_RECORD for o in objects)
     return out
-
-
-def checkpoints(objects: list[ObjectInfo]) -> list[CheckpointEntry]:
-    """Checkpoint directories found among ``objects``, by (step, lease)."""
-    found: dict[rundir.CheckpointName, CheckpointEntry] = {}
-    for info in objects:
-        parts = info.path.split("/")
-        if len(parts) < 3 or parts[0] != rundir.CHECKPOINT_DIR:
-            continue
-        name = rundir.CheckpointName.parse(parts[1])
-        if name is None:
-            continue
-        entry = found.setdefault(
-            name, CheckpointEntry(name.step, name.lease, False, 0, 0)
-        )
-        if parts[2] == rundir.MANIFEST and len(parts) == 3:
-            entry.committed = True
-        else:
-            entry.files += 1
-            entry.bytes += info.size
-    return [found[name] for name in sorted(found)]
 
 
 def render(listing: dict[str, Any]) -> str:

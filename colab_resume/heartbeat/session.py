@@ -334,6 +334,7 @@ def _wait_for_verdict(
                 "lease.waiting",
                 f"{who} beat {age:.0f}s ago; waiting up to {left:.0f}s for "
                 f"another beat before judging it dead",
+                level="warning",  # visible in a notebook without the panel
                 lease=holder.lease,
                 seconds_left=round(left, 1),
             )

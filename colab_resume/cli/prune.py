@@ -1,0 +1,33 @@
+"""``colab-resume prune``: apply retention from anywhere, safely beside a live run.
+
+The same rules as the agent's own retention (``checkpoint/retention.py``):
+the newest committed checkpoint is never deleted, manifests go first. While
+a session holds the run, its uncommitted directories may be uploads in
+flight, so only older sessions' leftovers are cleaned.
+"""
+
+from __future__ import annotations
+
+from colab_resume.checkpoint import catalog, retention
+from colab_resume.heartbeat import liveness
+from colab_resume.storage import Storage
+
+
+def prune(
+    storage: Storage, *, keep: int, keep_every_steps: int | None, dry_run: bool
+) -> list[str]:
+    """Delete what retention allows; returns the checkpoint paths (to be) deleted."""
+    status = liveness.read_status(storage)
+    holder_may_upload = status.state in (liveness.ALIVE, liveness.STALLED)
+    doomed = retention.plan(
+        catalog.scan(storage),
+        keep=keep,
+        keep_every_steps=keep_every_steps,
+        lease=status.lease - 1 if holder_may_upload else status.lease,
+    )
+    if not dry_run:
+        for entry in doomed:
+            # Not a lease holder, so nothing to fence; the plan never touches
+            # the newest committed checkpoint nor a live holder's uploads.
+            retention.delete(storage, entry, fence=lambda: None)
+    return [entry.name.path for entry in doomed]
