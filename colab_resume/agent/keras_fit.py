@@ -117,6 +117,7 @@ class KerasFit:
         if start_step:
             self._check_data(start_epoch)
         hook = _make_hook(self, duties)
+        callbacks = [hook] + ([_make_progbar(self)] if self.verbose != 0 else [])
         for epoch in range(start_epoch, self.epochs):
             self.epoch = epoch
             self.skip = skip if epoch == start_epoch else 0
@@ -132,7 +133,7 @@ class KerasFit:
                 initial_epoch=epoch,
                 epochs=epoch + 1,
                 steps_per_epoch=self.steps_per_epoch - self.skip,
-                callbacks=[hook],
+                callbacks=callbacks,
                 verbose=self.verbose,
             )
             if self.model.stop_training:
@@ -246,6 +247,31 @@ def _make_hook(driver: KerasFit, duties: StepDuties) -> Any:
             self.users.on_test_batch_end(batch, logs)
 
     return AgentHook()
+
+
+def _make_progbar(driver: KerasFit) -> Any:
+    """Keras' progress bar, told about the whole run rather than one-epoch fits.
+
+    Given in ``callbacks``, it replaces the one ``fit`` would add, which would
+    print no "Epoch i/N" line (each call sees ``epochs=epoch + 1``) and a bar
+    that ends early on a resumed, partial epoch.
+    """
+    import keras
+
+    class RunProgbar(keras.callbacks.ProgbarLogger):
+        def set_params(self, params: dict[str, Any]) -> None:
+            params = dict(params, epochs=driver.epochs, steps=driver.steps_per_epoch)
+            super().set_params(params)
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            super().on_epoch_begin(epoch, logs)
+            if driver.skip:
+                self.progbar.update(driver.skip)  # resumed mid-epoch
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            super().on_train_batch_end(batch + driver.skip, logs)
+
+    return RunProgbar()
 
 
 def _new_history(epochs: list[int] | None = None, values: dict | None = None) -> Any:
