@@ -4,6 +4,7 @@ colab-resume status RUN_DIR [--json]
 colab-resume watch RUN_DIR [--interval S] [--on-dead CMD]
 colab-resume ls RUN_DIR [--json]
 colab-resume prune RUN_DIR --keep N
+colab-resume report RUN_DIR -o report.png
 colab-resume demo
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -94,6 +96,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from colab_resume.cli.report import report
+
+    print(report(_open(args), args.output))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from colab_resume.demo import main as demo_main
 
@@ -151,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true", help="only list")
     prune.set_defaults(func=cmd_prune)
 
+    report = with_run_dir("report", "Draw loss over steps, one band per session.")
+    report.add_argument(
+        "-o", "--output", default="report.png", help="PNG file to write"
+    )
+    report.set_defaults(func=cmd_report)
+
     demo = sub.add_parser("demo", help="Train, die silently, detect it, resume.")
     demo.add_argument(
         "--run-dir", help="where to put the demo run (default: a temp dir)"
@@ -172,6 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `colab-resume status ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover
