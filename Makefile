@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint bench clean
+.PHONY: test demo lint bench chaos clean colab-test browser-test
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ $(STAMP): setup.py pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The chaos soak (not in CI; ~15 min on 2 cores): >= 50 random SIGKILLs,
+# takeover races, 5xx/resets/stalls and expiring tokens; prints its figures.
+chaos: $(STAMP)
+	$(PY) tests/soak/soak.py --kills 50 --out soak-results-$$(date +%s)
+
 demo: $(STAMP)
 	$(VENV)/bin/colab-resume demo
 
@@ -24,6 +29,31 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check colab_resume tests bench
 	$(VENV)/bin/ruff format --check colab_resume tests bench
 	$(VENV)/bin/mypy
+
+# The panel's real-kernel click test again, with the versions Colab runs
+# (ipywidgets 7.7 + ipykernel 6 + IPython 7.34) in a second virtualenv.
+COLAB_VENV := build/venv-colab
+$(COLAB_VENV)/.installed:
+	$(PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB_VENV)/bin/pip install --quiet "ipywidgets==7.7.1" "ipykernel==6.17.1" \
+		"ipython==7.34.0" jupyter_client "fsspec>=2023.9" "gcsfs>=2023.9" \
+		"tenacity>=8.2" "google-auth>=2.20" "google-crc32c>=1.5"
+	touch $@
+
+colab-test: $(STAMP) $(COLAB_VENV)/.installed
+	COLAB_RESUME_KERNEL_PYTHON=$(COLAB_VENV)/bin/python $(PY) -m pytest -q tests/test_panel_kernel.py
+
+# The panel in a real browser: JupyterLab (ipywidgets 8) in headless Debian
+# Chromium, a real click on Stop while fit runs. Screenshots land in build/.
+BROWSER_VENV := build/venv-browser
+$(BROWSER_VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(BROWSER_VENV)
+	$(BROWSER_VENV)/bin/pip install --quiet -e '.[test]' jupyterlab playwright
+	touch $@
+
+browser-test: $(BROWSER_VENV)/.installed
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+	$(BROWSER_VENV)/bin/python -m pytest -q tests/browser
 
 clean:
 	rm -rf $(VENV) build *.egg-info

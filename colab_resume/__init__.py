@@ -7,6 +7,7 @@ from colab_resume._version import __version__
 from colab_resume.agent import Agent, AgentOptions
 from colab_resume.events import Event, EventLog
 from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions
+from colab_resume.panel import panel
 from colab_resume.status import inspect
 from colab_resume.storage import authenticate
 
@@ -21,4 +22,5 @@ __all__ = [
     "__version__",
     "authenticate",
     "inspect",
+    "panel",
 ]

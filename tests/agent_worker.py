@@ -2,6 +2,8 @@
 
     python tests/agent_worker.py RUN_DIR OUT.npz [--endpoint URL] [--loop fit|run]
         [--kill-at-step N] [--unavailable-at-step N] [--epochs E] ...
+        [--retry-seconds S] [--step-sleep S] [--takeover] [--run-id ID]
+        [--expiring-token] [--events EVENTS.json]
 
 Trains a small Keras model (Dense, Dropout, BatchNormalization, Adam) under a
 2-replica MirroredStrategy on CPU with op determinism, through
@@ -9,7 +11,11 @@ Trains a small Keras model (Dense, Dropout, BatchNormalization, Adam) under a
 variable to OUT.npz so runs can be compared bitwise. ``--kill-at-step``
 SIGKILLs the process itself right after that step (no cleanup at all);
 ``--unavailable-at-step`` raises ``tf.errors.UnavailableError`` there once,
-as a lost TPU would.
+as a lost TPU would. ``--events`` writes every event of the agent as JSON
+when the process ends (also on an error), for chaos tests to count;
+``--expiring-token`` authenticates with
+:class:`fake_credentials.ExpiringCredentials` (for a token-checking proxy)
+and prints how often it refreshed.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -40,6 +47,13 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--unavailable-at-step", type=int)
     parser.add_argument("--unseeded-shuffle", action="store_true")
     parser.add_argument("--width", type=int, default=32)
+    parser.add_argument("--retry-seconds", type=float, default=120.0)
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--heartbeat-seconds", type=float, default=0.5)
+    parser.add_argument("--takeover", action="store_true")
+    parser.add_argument("--run-id")
+    parser.add_argument("--expiring-token", action="store_true")
+    parser.add_argument("--events")
     return parser.parse_args()
 
 
@@ -97,17 +111,43 @@ def main() -> int:
     options = (
         {"token": "anon", "endpoint_url": args.endpoint} if args.endpoint else None
     )
+    credentials = None
+    if args.expiring_token and options:
+        from fake_credentials import ExpiringCredentials
+
+        credentials = options["token"] = ExpiringCredentials()
     agent = Agent(
         args.run_dir,
         save_every_steps=args.save_every_steps,
         save_every_seconds=None,
-        heartbeat_seconds=0.5,
-        dead_after_seconds=1.5,
+        heartbeat_seconds=args.heartbeat_seconds,
+        dead_after_seconds=3 * args.heartbeat_seconds,
         storage_options=options,
         prefer="cpu",
         cpu_replicas=args.replicas,
         recovery_backoff_seconds=0.1,
+        storage_retry_seconds=args.retry_seconds,
+        takeover=args.takeover,
+        run_id=args.run_id,
     )
+    if args.events:
+        import atexit
+        import json
+
+        seen: list = []
+
+        def record(event) -> None:
+            seen.append(event)  # all of them: recent() keeps only 500
+            if event.kind in ("checkpoint.restored", "checkpoint.committed"):
+                print(f"EVENT {event.kind} step={event.step}", flush=True)
+
+        agent.events.subscribe(record)
+
+        def dump_events() -> None:
+            with open(args.events, "w") as handle:
+                json.dump([e.to_json() for e in seen], handle)
+
+        atexit.register(dump_events)  # runs on errors too, not on SIGKILL
 
     # Fault points go right after the agent's own per-step duties (so a kill
     # at a save step lands while that checkpoint uploads). Patching our own
@@ -120,6 +160,8 @@ def main() -> int:
         stop = duties_after_step(self, step)
         steps_done["n"] += 1
         faults(step)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)  # a slower "model": faults land mid-run
         return stop
 
     StepDuties.after_step = after_step
@@ -169,6 +211,8 @@ def main() -> int:
         for i, v in enumerate(variables)
     }
     np.savez(args.out, **arrays)
+    if credentials is not None:
+        print(f"REFRESHES {credentials.refreshes}", flush=True)
     print(
         f"DONE recoveries={agent.recoveries} steps_here={steps_done['n']}", flush=True
     )

@@ -50,6 +50,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 Match = Callable[[str, str], bool]  # match(method, path) -> fault this request?
+# token_ok(authorization_header_or_None) -> may this request through?
+TokenCheck = Callable[[str | None], bool]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -68,6 +70,9 @@ class FaultMix:
         seed: seed of the random draws (reset by ``set_mix``).
         match: only requests with ``match(method, path)`` true are faulted.
         max_faults: stop injecting after this many faults (None: never).
+        body_match: only requests whose body contains these bytes are
+            faulted (e.g. ``b"/heartbeat/"``: uploads name their object in
+            the body, not the path). The body is then read before deciding.
     """
 
     error_rate: float = 0.0
@@ -79,6 +84,7 @@ class FaultMix:
     seed: int = 0
     match: Match | None = None
     max_faults: int | None = None
+    body_match: bytes | None = None
 
     def __post_init__(self) -> None:
         rates = ("error_rate", "reset_rate", "stall_rate", "truncate_rate")
@@ -136,6 +142,7 @@ class FaultProxy:
         self._connections: set[socket.socket] = set()
         self._outage_until = 0.0
         self._outage_kind = "503"
+        self._token_check: TokenCheck | None = None
         self.set_mix(mix or FaultMix())
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
@@ -171,13 +178,23 @@ class FaultProxy:
         """Fail every request until :meth:`end_outage`."""
         self.outage(float("inf"), kind=kind)
 
+    def require_tokens(self, check: TokenCheck | None) -> None:
+        """Answer 401 "Invalid Credentials" where ``check(Authorization)`` is False.
+
+        The emulator accepts any token; with this the proxy plays the part
+        of a server that checks them (None: stop checking). Rejections are
+        counted as "unauthorized" faults.
+        """
+        with self._lock:
+            self._token_check = check
+
     def end_outage(self) -> None:
         with self._lock:
             self._outage_until = 0.0
 
     def faults(self) -> int:
         """How many faults were injected so far, of all kinds."""
-        kinds = ("error", "reset", "stall", "truncate", "outage")
+        kinds = ("error", "reset", "stall", "truncate", "outage", "unauthorized")
         return sum(self.counts[kind] for kind in kinds)
 
     # --- lifecycle ----------------------------------------------------------
@@ -214,14 +231,22 @@ class FaultProxy:
 
     # --- the decision -------------------------------------------------------
 
-    def _decide(self, method: str, path: str) -> str | None:
+    def _decide(
+        self,
+        method: str,
+        path: str,
+        authorization: str | None = None,
+        body: bytes | None = None,
+    ) -> str | None:
         """The fault for this request (None: forward it untouched)."""
         with self._lock:
             self.counts["requests"] += 1
             fault = None
-            if time.monotonic() < self._outage_until:
+            if self._token_check is not None and not self._token_check(authorization):
+                fault = "unauthorized"
+            elif time.monotonic() < self._outage_until:
                 fault = f"outage:{self._outage_kind}"
-            elif self._eligible(method, path):
+            elif self._eligible(method, path, body):
                 fault = self._draw()
                 self._mix_faults += fault is not None
             self.seen.append(Seen(method, path, fault))
@@ -231,9 +256,11 @@ class FaultProxy:
                     self.counts[fault] += 1
             return fault
 
-    def _eligible(self, method: str, path: str) -> bool:
+    def _eligible(self, method: str, path: str, body: bytes | None) -> bool:
         mix = self.mix
         if mix.max_faults is not None and self._mix_faults >= mix.max_faults:
+            return False
+        if mix.body_match is not None and mix.body_match not in (body or b""):
             return False
         return mix.match is None or mix.match(method, path)
 
@@ -283,7 +310,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return True  # the client's body is read (or dropped) by _proxy
 
     def _proxy(self) -> None:
-        fault = self.proxy._decide(self.command, self.path)
+        self._preread: bytes | None = None
+        if self.proxy.mix.body_match is not None:
+            self._preread = b"".join(self._body())
+        fault = self.proxy._decide(
+            self.command, self.path, self.headers.get("Authorization"), self._preread
+        )
+        if fault == "unauthorized":  # GCS's answer to an expired token
+            return self._error(401, "Invalid Credentials")
         if fault in ("reset", "outage:reset"):
             return self._reset()
         if fault and (fault.startswith("error:") or fault == "outage:503"):
@@ -315,13 +349,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.rfile, self.wfile = io.BytesIO(), io.BytesIO()
         self.connection.close()
 
-    def _error(self, status: int) -> None:
+    def _error(self, status: int, message: str | None = None) -> None:
         for _ in self._body():  # drop the request body so keep-alive works
             pass
         reason = http.client.responses.get(status, "Error")
-        body = json.dumps(
-            {"error": {"code": status, "message": f"{reason} (faultproxy)"}}
-        ).encode()
+        text = message or f"{reason} (faultproxy)"
+        body = json.dumps({"error": {"code": status, "message": text}}).encode()
         self.send_response_only(status, reason)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
         self.send_header("Content-Length", str(len(body)))
@@ -341,6 +374,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _body(self) -> Iterator[bytes]:
         """The request body in blocks, de-chunked if it came chunked."""
+        preread, self._preread = getattr(self, "_preread", None), None
+        if preread is not None:  # already read to match it
+            if preread:
+                yield preread
+            return
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             while True:
                 size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)

@@ -38,9 +38,10 @@ from colab_resume.errors import FencedError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_status
 from colab_resume.heartbeat.lease import current_lease
+from colab_resume.panel.telemetry import Telemetry
 from colab_resume.runtime import Accelerator, Connection, ConnectOptions, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
-from colab_resume.storage import Storage
+from colab_resume.storage import RetryPolicy, Storage
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,10 @@ class Agent:
         self.run_dir = run_dir
         self.events = EventLog()
         self.storage = Storage(
-            run_dir, self.options.storage_options, on_retry=self._storage_retried
+            run_dir,
+            self.options.storage_options,
+            retry=RetryPolicy(total_seconds=self.options.storage_retry_seconds),
+            on_retry=self._storage_retried,
         )
         self.controls = Controls()
         self.accelerator = Accelerator(
@@ -84,6 +88,8 @@ class Agent:
         self.recoveries = 0
         self._duties: StepDuties | None = None
         self._light: ModelState | None = None  # the restore()/callback() path
+        # History samples and panel refreshes, once a second from the loop.
+        self.telemetry = Telemetry(self)
 
     # --- the accelerator --------------------------------------------------------------
 
@@ -186,6 +192,15 @@ class Agent:
         """Checkpoint and stop cleanly at the next step boundary."""
         self.controls.stop()
 
+    def panel(self) -> Any:
+        """The notebook panel (an ipywidgets widget): display it before or
+        during ``fit``. It refreshes once a second from the training loop, and
+        its buttons (checkpoint now, pause/resume, stop) work while the cell
+        runs. Outside a notebook it is inert."""
+        from colab_resume.panel.live import agent_panel
+
+        return agent_panel(self)
+
     def status(self) -> RunStatus:
         """The run's status as anyone would read it from storage."""
         return read_status(self.storage)
@@ -199,6 +214,9 @@ class Agent:
             self._load_completed(driver, strategy)
             return
         session, manager = self._take_run()
+        self.telemetry.session_started(
+            driver.total_steps, getattr(driver, "steps_per_epoch", None)
+        )
         try:
             with _graceful_sigterm(self.controls):
                 self._train_with_recovery(driver, train, session, manager)
@@ -209,6 +227,7 @@ class Agent:
         finally:
             with contextlib.suppress(Exception):
                 manager.close()
+            self.telemetry.finish()
 
     def _take_run(self) -> tuple[RunSession, CheckpointManager]:
         session = RunSession.open(
@@ -218,6 +237,7 @@ class Agent:
                 dead_after_seconds=self.options.dead_after_seconds,
                 stall_after_seconds=self.options.stall_after_seconds,
                 takeover=self.options.takeover,
+                expected_run_id=self.options.run_id,
             ),
             events=self.events,
         )
@@ -262,6 +282,7 @@ class Agent:
         """
         self.controls.reset()
         session, manager = self._take_run()
+        self.telemetry.session_started()
         driver = ModelState(model)
         try:
             info = manager.restore(model)
@@ -295,6 +316,7 @@ class Agent:
             try:
                 self._finish(None, session, manager)
             finally:
+                self.telemetry.finish()
                 with contextlib.suppress(Exception):
                     manager.close()
 
@@ -377,6 +399,7 @@ class Agent:
             controls=self.controls,
             events=self.events,
             snapshot=driver.snapshot,
+            tick=self.telemetry.tick,
         )
         duties.step = start
         return duties

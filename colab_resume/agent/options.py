@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from colab_resume.checkpoint.triggers import DEFAULT_LIFETIME_SECONDS
+from colab_resume.heartbeat.session import RUN_ID_PATTERN
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,14 @@ class AgentOptions:
         recovery_backoff_seconds: first wait before reconnecting; doubles.
         lifetime_seconds: save once when the VM is this old (Colab ends
             runtimes at ~12 h); None disables.
+        storage_retry_seconds: how long one storage call (a checkpoint
+            upload's file, a commit, a read) retries transient faults before
+            the run fails with ``StorageUnavailableError``. An outage shorter
+            than this costs retries, not the run.
+        run_id: names this run. A new run directory records it; an existing
+            one whose ``run.json`` names another run is refused
+            (``RunMismatchError``) before anything is written. None (the
+            default) continues whatever run the directory holds.
     """
 
     save_every_steps: int | None = None
@@ -50,6 +59,8 @@ class AgentOptions:
     max_recoveries: int = 3
     recovery_backoff_seconds: float = 2.0
     lifetime_seconds: float | None = DEFAULT_LIFETIME_SECONDS
+    storage_retry_seconds: float = 120.0
+    run_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.save_every_steps is None and self.save_every_seconds is None:
@@ -67,6 +78,14 @@ class AgentOptions:
         _positive_number(self, "stall_after_seconds")
         _positive_number(self, "recovery_backoff_seconds")
         _positive_number(self, "lifetime_seconds", optional=True)
+        _positive_number(self, "storage_retry_seconds")
+        if self.run_id is not None and not (
+            isinstance(self.run_id, str) and RUN_ID_PATTERN.fullmatch(self.run_id)
+        ):
+            raise ValueError(
+                f"run_id must be 1-128 letters, digits, '.', '_' or '-' (or None), "
+                f"got {self.run_id!r}; e.g. run_id='mnist-resnet-v3'."
+            )
         if not isinstance(self.max_recoveries, int) or self.max_recoveries < 0:
             raise ValueError(
                 f"max_recoveries must be an int >= 0, got {self.max_recoveries!r}."

@@ -10,7 +10,7 @@ lease N learns it was superseded from one cheap existence check of N+1.
 from __future__ import annotations
 
 from colab_resume import rundir
-from colab_resume.errors import LeaseRaceError
+from colab_resume.errors import CorruptRecordError, LeaseRaceError
 from colab_resume.heartbeat.records import LeaseRecord, parse, to_json
 from colab_resume.storage import ObjectInfo, Storage
 
@@ -58,6 +58,44 @@ def take_lease(storage: Storage, record: LeaseRecord) -> None:
 def is_superseded(storage: Storage, lease: int) -> bool:
     """True once some session has taken a lease above ``lease``."""
     return storage.exists(rundir.lease_path(lease + 1))
+
+
+# What verify_lease found: the lease is still ours; it had been deleted and
+# this session put it back; or this session no longer owns the run.
+HELD, RESTORED, SUPERSEDED, LOST = "held", "restored", "superseded", "lost"
+
+
+def verify_lease(storage: Storage, record: LeaseRecord) -> str:
+    """Whether ``record`` still makes its session the owner of the run.
+
+    The cheap check (:func:`is_superseded`) cannot see the holder's own
+    lease vanish: if someone deletes ``lease/N`` behind the holder's back,
+    the next session computes ``N`` as the next number, creates it and
+    trains, while the old holder never sees an ``N + 1``: two committers.
+    So the holder also reads its own lease:
+
+    - gone: it is created again, create-only, from the record. If that
+      fails someone else took number ``N`` meanwhile, and this session is
+      fenced; if it succeeds the run is protected again (``RESTORED``).
+    - another session's, or unreadable (damage): this session can no
+      longer prove it owns the run, so it stops writing (``LOST``).
+
+    Returns:
+        ``HELD``, ``RESTORED``, ``SUPERSEDED`` or ``LOST``.
+    """
+    if is_superseded(storage, record.lease):
+        return SUPERSEDED
+    try:
+        current = read_lease(storage, record.lease)
+    except FileNotFoundError:
+        try:
+            take_lease(storage, record)
+        except LeaseRaceError:
+            return LOST
+        return RESTORED
+    except CorruptRecordError:
+        return LOST
+    return HELD if current.session_id == record.session_id else LOST
 
 
 def _describe_winner(storage: Storage, lease: int) -> str:

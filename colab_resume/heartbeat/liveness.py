@@ -144,14 +144,10 @@ def read_holder(storage: Storage) -> HolderView:
 
 
 def committed_checkpoint_step(storage: Storage) -> int | None:
-    """Step of the newest checkpoint whose manifest exists."""
-    steps = []
-    for info in storage.list(rundir.CHECKPOINT_DIR + "/"):
-        parts = info.path.split("/")
-        if len(parts) == 3 and parts[2] == rundir.MANIFEST:
-            name = rundir.CheckpointName.parse(parts[1])
-            if name is not None:
-                steps.append(name.step)
+    """Step of the newest committed checkpoint (as restore would see it)."""
+    from colab_resume.checkpoint import catalog
+
+    steps = [entry.name.step for entry in catalog.scan(storage) if entry.committed]
     return max(steps) if steps else None
 
 

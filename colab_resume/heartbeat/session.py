@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import socket
 import time
 import uuid
@@ -29,7 +30,7 @@ from colab_resume._version import __version__
 from colab_resume.errors import FencedError, RunInUseError, RunMismatchError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import liveness
-from colab_resume.heartbeat.lease import is_superseded, take_lease
+from colab_resume.heartbeat.lease import take_lease
 from colab_resume.heartbeat.records import LeaseRecord, RunRecord, parse, to_json
 from colab_resume.heartbeat.writer import HeartbeatWriter
 from colab_resume.storage import Storage
@@ -37,6 +38,8 @@ from colab_resume.storage import Storage
 log = logging.getLogger(__name__)
 
 BEATS_BEFORE_DEAD = 4
+# A run id lands in run.json and in messages: keep it plain.
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,7 +54,7 @@ class SessionOptions:
             after which a beating holder is reported STALLED.
         takeover: take the run even from a live holder (it gets fenced).
         expected_run_id: refuse a run directory whose ``run.json`` names
-            another run.
+            another run; a new run directory gets this id.
     """
 
     heartbeat_seconds: float = 30.0
@@ -77,6 +80,14 @@ class SessionOptions:
         if not self.stall_after_seconds > 0:
             raise ValueError(
                 f"stall_after_seconds must be > 0, got {self.stall_after_seconds!r}."
+            )
+        if self.expected_run_id is not None and not (
+            isinstance(self.expected_run_id, str)
+            and RUN_ID_PATTERN.fullmatch(self.expected_run_id)
+        ):
+            raise ValueError(
+                f"run_id must be 1-128 letters, digits, '.', '_' or '-', got "
+                f"{self.expected_run_id!r}; e.g. run_id='mnist-resnet-v3'."
             )
 
     @property
@@ -146,6 +157,9 @@ class RunSession:
         storage.check()
         holder = liveness.read_holder(storage)
         took_over_from = None
+        if holder.lease and options.expected_run_id:
+            # Refuse another run's directory before waiting on its holder.
+            _ensure_run_record(storage, options, fresh=False)
         if holder.lease:
             _wait_for_verdict(storage, holder, options, events, on_countdown, sleep)
             took_over_from = holder.lease
@@ -193,11 +207,18 @@ class RunSession:
             FencedError: another session took the run; write nothing more.
         """
         self.check()
-        if is_superseded(self.storage, self.lease):
-            self.writer._fence()
+        if not self.writer.verify_lease(self.storage):
             raise self._fenced_error()
 
     def _fenced_error(self) -> FencedError:
+        if self.writer.fenced_by == self.lease:
+            return FencedError(
+                f"Session {self.session_id} (lease {self.lease}) was fenced: "
+                f"{self.storage.url}/{rundir.lease_path(self.lease)} no longer "
+                f"names this session (it was replaced or damaged), so it cannot "
+                f"prove it owns the run and stopped writing. Check who else "
+                f"trains this run; rerun to take it over cleanly."
+            )
         return FencedError(
             f"Session {self.session_id} (lease {self.lease}) was fenced: a newer "
             f"session took lease {self.lease + 1} of {self.storage.url}. This "
@@ -248,7 +269,11 @@ def _ensure_run_record(
     where = f"{storage.url}/{rundir.RUN_RECORD}"
     if fresh:
         record = RunRecord(
-            run_id=uuid.uuid4().hex, created_at=time.time(), package_version=__version__
+            # A caller who names its run gets that name, so a later session
+            # with another name is refused (see expected_run_id).
+            run_id=options.expected_run_id or uuid.uuid4().hex,
+            created_at=time.time(),
+            package_version=__version__,
         )
         try:
             storage.write_json(rundir.RUN_RECORD, to_json(record), create_only=True)
@@ -264,8 +289,9 @@ def _ensure_run_record(
     if options.expected_run_id and run.run_id != options.expected_run_id:
         raise RunMismatchError(
             f"{storage.url} belongs to run {run.run_id}, not "
-            f"{options.expected_run_id}. Use another run_dir, or drop "
-            f"expected_run_id to continue that run."
+            f"{options.expected_run_id}; this session wrote nothing. Use "
+            f"another run_dir, or pass run_id={run.run_id!r} (or no run_id) to "
+            f"continue that run."
         )
     return run
 

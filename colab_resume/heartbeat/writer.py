@@ -18,7 +18,7 @@ from typing import Any
 
 from colab_resume import rundir
 from colab_resume.events import EventLog
-from colab_resume.heartbeat.lease import is_superseded
+from colab_resume.heartbeat import lease as leases
 from colab_resume.heartbeat.records import (
     HOLDER_STATES,
     BeatRecord,
@@ -104,6 +104,17 @@ class HeartbeatWriter:
             self._fields.update(fields)
 
     @property
+    def beats(self) -> int:
+        """Beats attempted so far (the counter the next record carries)."""
+        return self._beats
+
+    @property
+    def state(self) -> str:
+        """The holder state the next beat will report."""
+        with self._lock:
+            return str(self._fields["state"])
+
+    @property
     def fenced(self) -> bool:
         return self.fenced_by is not None
 
@@ -156,10 +167,36 @@ class HeartbeatWriter:
 
     # --- one beat --------------------------------------------------------------
 
+    def verify_lease(self, storage: Storage | None = None) -> bool:
+        """Check storage that this session still owns the run; fence it if not.
+
+        A deleted own lease is put back (see
+        :func:`~colab_resume.heartbeat.lease.verify_lease`) and reported.
+
+        Args:
+            storage: the storage to check through (default: the beat's own,
+                whose retry budget is one interval).
+
+        Returns:
+            True while this session owns the run.
+        """
+        verdict = leases.verify_lease(storage or self._storage, self._lease)
+        if verdict == leases.RESTORED:
+            self._events.emit(
+                "lease.restored",
+                f"lease {self._lease.lease} had been deleted from storage; "
+                f"this session recreated it (create-only) and keeps the run",
+                level="warning",
+                lease=self._lease.lease,
+            )
+        elif verdict in (leases.SUPERSEDED, leases.LOST):
+            self._fence(lost=verdict == leases.LOST)
+            return False
+        return True
+
     def _beat(self) -> None:
         lease = self._lease.lease
-        if is_superseded(self._storage, lease):
-            self._fence()
+        if not self.verify_lease():
             return
         with self._lock:
             self._beats += 1
@@ -177,15 +214,21 @@ class HeartbeatWriter:
             )
         self._storage.write_json(rundir.heartbeat_path(lease), to_json(record))
 
-    def _fence(self) -> None:
+    def _fence(self, *, lost: bool = False) -> None:
         if self.fenced:
             return
-        self.fenced_by = self._lease.lease + 1
+        # lost: lease N itself now names another session (or is unreadable).
+        self.fenced_by = self._lease.lease if lost else self._lease.lease + 1
         self._stop.set()
+        why = (
+            f"lease {self._lease.lease} no longer names this session (replaced "
+            f"or damaged behind its back)"
+            if lost
+            else f"a newer session took lease {self.fenced_by}"
+        )
         self._events.emit(
             "lease.fenced",
-            f"a newer session took lease {self.fenced_by}; this session "
-            f"(lease {self._lease.lease}) stops writing",
+            f"{why}; this session (lease {self._lease.lease}) stops writing",
             level="error",
             lease=self._lease.lease,
             fenced_by=self.fenced_by,

@@ -31,6 +31,7 @@ from colab_resume.events import EventLog
 from colab_resume.runtime.errors import AcceleratorUnavailableError
 from colab_resume.runtime.loss import is_retryable_connect_error
 from colab_resume.runtime.options import ConnectOptions
+from colab_resume.storage.retry import PrivateJitter
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +148,10 @@ def connect_tpu(
             return True
         return clock() - start >= deadline
 
-    backoff = tenacity.wait_exponential_jitter(
-        initial=options.initial_backoff_seconds, max=options.max_backoff_seconds
-    )
+    # Jitter from a private generator: the global one seeds Keras' layers.
+    backoff = tenacity.wait_exponential(
+        multiplier=options.initial_backoff_seconds, max=options.max_backoff_seconds
+    ) + PrivateJitter(options.initial_backoff_seconds)
 
     def wait(state: tenacity.RetryCallState) -> float:
         # Never sleep past the deadline: the last attempt happens at it.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -53,6 +54,24 @@ class RetryPolicy:
                 f"RetryPolicy.max_attempts must be >= 1 or None, "
                 f"got {self.max_attempts!r}."
             )
+
+
+class PrivateJitter(tenacity.wait.wait_base):
+    """Random extra wait in ``[0, maximum)``, from a generator of its own.
+
+    ``tenacity.wait_random`` draws from Python's global ``random``, which
+    ``keras.utils.set_random_seed`` seeds and Keras draws layer seeds from:
+    a storage retry before ``build_model()`` then changed the model's
+    initial weights (and broke bitwise resume). Jitter must not touch it.
+    """
+
+    _rng = random.Random()  # seeded from the OS; never the global generator
+
+    def __init__(self, maximum: float) -> None:
+        self.maximum = maximum
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        return self._rng.uniform(0, self.maximum)
 
 
 # Called as on_retry(operation, attempt_number, exception, next_sleep_seconds).
@@ -113,7 +132,7 @@ def call_with_retry(
         wait=tenacity.wait_exponential(
             multiplier=policy.initial_seconds, max=policy.max_seconds
         )
-        + tenacity.wait_random(0, policy.initial_seconds),
+        + PrivateJitter(policy.initial_seconds),
         before_sleep=before_sleep,
         sleep=sleep,
         reraise=False,

@@ -12,6 +12,7 @@ Knows nothing of TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import datetime
@@ -218,13 +219,32 @@ class Storage:
         )
 
     def _refresh_credentials(self) -> None:
-        credentials = getattr(self.fs, "credentials", None)
-        refresh = getattr(credentials, "maybe_refresh", None)
-        if refresh is not None:
-            try:
-                refresh(refresh=True)
-            except Exception as exc:  # the retry will report the real fault
-                log.warning("storage: refreshing credentials failed: %s", exc)
+        """Get a new access token after a 401, before the retry.
+
+        gcsfs's ``maybe_refresh`` refreshes only tokens the client itself
+        believes expired; a token the server rejects early (revoked, or a
+        clock that disagrees) would be sent again and again. So the
+        google-auth credentials are refreshed unconditionally.
+        """
+        holder = getattr(self.fs, "credentials", None)  # gcsfs GoogleCredentials
+        credentials = getattr(holder, "credentials", None)
+        if credentials is None or not hasattr(credentials, "refresh"):
+            return  # anonymous: nothing to refresh
+        try:
+            import google.auth.transport.requests
+            import requests
+
+            lock = getattr(holder, "lock", None) or contextlib.nullcontext()
+            with requests.Session() as session, lock:
+                credentials.refresh(google.auth.transport.requests.Request(session))
+                heads = getattr(holder, "heads", None)
+                if isinstance(heads, dict):
+                    credentials.apply(heads)
+        except Exception as exc:  # the retry will report the real fault
+            # Type only: a refresh error's text may quote token material.
+            log.warning(
+                "storage: refreshing credentials failed: %s", type(exc).__name__
+            )
 
     def _permission_denied(
         self, operation: str, exc: BaseException

@@ -1,0 +1,84 @@
+"""``agent.panel()``: the panel of the agent in this notebook, with its buttons.
+
+Buttons only set the agent's flags (save now, pause, resume, stop); the
+training loop acts on them between steps. They work during ``fit`` because
+the agent's once-a-second tick refreshes this panel and runs the
+:class:`~colab_resume.panel.pump.KernelPump`, which handles the clicks
+waiting in the kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from colab_resume.panel.model import view
+from colab_resume.panel.pump import KernelPump
+from colab_resume.panel.widgets import PanelBox
+
+if TYPE_CHECKING:
+    from colab_resume.agent.core import Agent
+
+log = logging.getLogger(__name__)
+
+
+class AgentPanel(PanelBox):
+    """The displayed widget; see the module docstring."""
+
+    def __init__(self, agent: Agent) -> None:
+        super().__init__(title=f"colab_resume · {agent.run_dir}", read_only=False)
+        self.agent = agent
+        self.pump = KernelPump.find()
+        self.save_button.on_click(lambda _: self._save())
+        self.pause_button.on_click(lambda _: self._pause_or_resume())
+        self.stop_button.on_click(lambda _: self._stop())
+        self.report_button.on_click(lambda _: self.draw_report())
+        # Outside a kernel nothing displays it: stay inert, cost nothing.
+        if self.pump is not None:
+            agent.telemetry.listeners.append(self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Show the agent's state now, then handle waiting clicks."""
+        self.show(view(self.agent.telemetry.facts()))
+        if self.pump is not None:
+            self.pump.pump()
+
+    def _save(self) -> None:
+        self.agent.save_now()
+        self.say("checkpoint requested: saved at the next step")
+
+    def _pause_or_resume(self) -> None:
+        if self.agent.controls.paused:
+            self.agent.resume()
+            self.say("resuming")
+        else:
+            self.agent.pause()
+            self.say("pausing: checkpoint, then hold (heartbeats go on)")
+        self.show(view(self.agent.telemetry.facts()))
+
+    def _stop(self) -> None:
+        self.agent.stop()
+        self.say("stopping: checkpoint, then stop cleanly (the next fit continues)")
+
+    def draw_report(self) -> None:
+        """Draw the run report (history in the run directory) into the panel."""
+        from colab_resume.report import read_history
+        from colab_resume.report.plot import render
+
+        self.agent.telemetry.recorder.flush(wait=True, timeout=10.0)
+        try:
+            png = render(read_history(self.agent.storage), title=self.agent.run_dir)
+        except ImportError:
+            self.show_report(
+                None, "the report needs matplotlib: pip install matplotlib"
+            )
+            return
+        except Exception as exc:
+            self.show_report(None, f"no report: {type(exc).__name__}: {exc}")
+            return
+        self.show_report(png)
+
+
+def agent_panel(agent: Agent) -> AgentPanel:
+    return AgentPanel(agent)

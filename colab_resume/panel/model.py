@@ -1,0 +1,245 @@
+"""What the panel shows, as plain data: no widgets, no I/O, easy to test.
+
+:class:`PanelFacts` is what is known about a run (gathered from a live
+agent by :mod:`~colab_resume.panel.gather`, or from a run directory by the
+monitor); :func:`view` turns it into :class:`PanelView`, the text and
+colours the widgets display.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+from collections.abc import Sequence
+
+# Badge colours by state; the states of DESIGN §4 plus the holder's own.
+BADGE_COLOURS = {
+    "not started": "#9e9e9e",
+    "starting": "#1e88e5",
+    "waiting": "#fb8c00",
+    "training": "#43a047",
+    "recovering": "#fb8c00",
+    "paused": "#8e24aa",
+    "stopped": "#757575",
+    "fenced": "#e53935",
+    "completed": "#00897b",
+    "failed": "#e53935",
+    "stalled": "#fb8c00",
+    "dead": "#e53935",
+    "new": "#9e9e9e",
+}
+LEVEL_COLOURS = {"info": "#555", "warning": "#e65100", "error": "#c62828"}
+
+
+@dataclasses.dataclass(frozen=True)
+class EventLine:
+    time: float
+    level: str
+    kind: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PanelFacts:
+    """Everything the panel may show; None where unknown.
+
+    Attributes:
+        state: badge state, a key of :data:`BADGE_COLOURS`.
+        now: wall-clock time the facts were gathered.
+        waiting_left_s: countdown while waiting for a silent holder.
+        accelerator: ``Connection.label``-like one-liner.
+        step, total_steps, epoch: progress.
+        steps_per_second: recent training speed.
+        metrics: the latest metric values.
+        series: ``(step, loss)`` samples for the chart.
+        checkpoint_step, checkpoint_time, checkpoint_bytes: the last commit.
+        upload_rate: bytes per second of the last (or current) upload.
+        uploading: an upload is in flight.
+        stall_count, stall_seconds: saves that waited for an upload.
+        heartbeat_age_s, heartbeat_seconds, heartbeat_failures: liveness.
+        lease, session_id, host: who holds the run.
+        events: the latest events, oldest first.
+        detail: one explanatory line (the monitor's verdict, an error).
+        read_only: a monitor (no steering buttons).
+        pause_requested: pause was asked (the button then offers Resume).
+    """
+
+    state: str
+    now: float
+    waiting_left_s: float | None = None
+    accelerator: str | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: int | None = None
+    steps_per_second: float | None = None
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    series: Sequence[tuple[int, float]] = ()
+    checkpoint_step: int | None = None
+    checkpoint_time: float | None = None
+    checkpoint_bytes: int | None = None
+    upload_rate: float | None = None
+    uploading: bool = False
+    stall_count: int = 0
+    stall_seconds: float = 0.0
+    heartbeat_age_s: float | None = None
+    heartbeat_seconds: float | None = None
+    heartbeat_failures: int = 0
+    lease: int | None = None
+    session_id: str | None = None
+    host: str | None = None
+    events: Sequence[EventLine] = ()
+    detail: str = ""
+    read_only: bool = False
+    pause_requested: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class PanelView:
+    """The panel's content, ready for widgets (HTML snippets are escaped)."""
+
+    badge: str
+    badge_colour: str
+    accelerator: str
+    progress: str
+    fraction: float | None
+    metrics: str
+    chart_svg: str
+    checkpoint: str
+    heartbeat: str
+    events: tuple[tuple[str, str], ...]  # (colour, text)
+    detail: str
+    pause_label: str  # "Pause" or "Resume"
+    buttons_enabled: bool
+
+
+def view(facts: PanelFacts) -> PanelView:
+    """Turn facts into what the panel displays."""
+    state = facts.state if facts.state in BADGE_COLOURS else "starting"
+    badge = state
+    if state == "waiting" and facts.waiting_left_s is not None:
+        badge = f"waiting for a dead session ({max(0, facts.waiting_left_s):.0f}s)"
+    return PanelView(
+        badge=badge,
+        badge_colour=BADGE_COLOURS[state],
+        accelerator=facts.accelerator or "accelerator: not connected yet",
+        progress=_progress(facts),
+        fraction=_fraction(facts),
+        metrics="  ".join(f"{k} {_num(v)}" for k, v in list(facts.metrics.items())[:6]),
+        chart_svg=sparkline([v for _, v in facts.series]),
+        checkpoint=_checkpoint(facts),
+        heartbeat=_heartbeat(facts),
+        events=tuple(
+            (LEVEL_COLOURS.get(e.level, "#555"), _event_text(e, facts.now))
+            for e in facts.events
+        ),
+        detail=facts.detail,
+        pause_label="Resume" if state == "paused" or facts.pause_requested else "Pause",
+        buttons_enabled=not facts.read_only
+        and state in ("starting", "training", "paused", "recovering"),
+    )
+
+
+def _progress(f: PanelFacts) -> str:
+    if f.step is None:
+        return "step —"
+    parts = [f"step {f.step:,}" + (f" / {f.total_steps:,}" if f.total_steps else "")]
+    if f.epoch is not None:
+        parts.append(f"epoch {f.epoch + 1}")
+    if f.steps_per_second:
+        parts.append(f"{f.steps_per_second:.1f} steps/s")
+        if f.total_steps and f.total_steps > f.step:
+            parts.append(
+                "ETA " + duration((f.total_steps - f.step) / f.steps_per_second)
+            )
+    return " · ".join(parts)
+
+
+def _fraction(f: PanelFacts) -> float | None:
+    if f.step is None or not f.total_steps:
+        return None
+    return min(1.0, max(0.0, f.step / f.total_steps))
+
+
+def _checkpoint(f: PanelFacts) -> str:
+    if f.checkpoint_step is None:
+        text = "checkpoint: none committed yet"
+    else:
+        text = f"checkpoint: step {f.checkpoint_step:,}"
+        if f.checkpoint_time is not None:
+            text += f", {duration(f.now - f.checkpoint_time)} ago"
+        if f.checkpoint_bytes:
+            text += f", {size(f.checkpoint_bytes)}"
+    if f.upload_rate:
+        text += f" · upload {size(f.upload_rate)}/s"
+    if f.uploading:
+        text += " · uploading"
+    if f.stall_count:
+        text += (
+            f" · ⚠ {f.stall_count} stall(s), {f.stall_seconds:.0f}s waited for uploads"
+        )
+    return text
+
+
+def _heartbeat(f: PanelFacts) -> str:
+    if f.lease is None:
+        return "heartbeat: no lease yet"
+    age = "—" if f.heartbeat_age_s is None else f"{f.heartbeat_age_s:.0f}s ago"
+    text = f"heartbeat: {age}"
+    if f.heartbeat_seconds:
+        text += f" (every {f.heartbeat_seconds:.0f}s)"
+    text += f" · lease {f.lease}"
+    if f.session_id:
+        text += f" · session {f.session_id}"
+    if f.host:
+        text += f" on {f.host}"
+    if f.heartbeat_failures:
+        text += f" · ⚠ {f.heartbeat_failures} failed beat(s)"
+    return text
+
+
+def _event_text(e: EventLine, now: float) -> str:
+    return f"{duration(now - e.time)} ago · {e.kind}: {e.message}"
+
+
+def duration(seconds: float) -> str:
+    """``"42s"``, ``"3m05s"``, ``"2h07m"``."""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+def size(nbytes: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def _num(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> str:
+    """An inline SVG polyline of ``values`` (the last 400 at most), or ""."""
+    values = [v for v in values if math.isfinite(v)][-400:]
+    if len(values) < 2:
+        return ""
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    step = width / (len(values) - 1)
+    points = " ".join(
+        f"{i * step:.1f},{height - 4 - (v - low) / span * (height - 8):.1f}"
+        for i, v in enumerate(values)
+    )
+    label = html.escape(f"loss {_num(values[-1])} (min {_num(low)}, max {_num(high)})")
+    return (
+        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'xmlns="http://www.w3.org/2000/svg"><title>{label}</title>'
+        f'<rect width="100%" height="100%" fill="#fafafa"/>'
+        f'<polyline fill="none" stroke="#1e88e5" stroke-width="1.5" '
+        f'points="{points}"/></svg>'
+    )

@@ -1,0 +1,163 @@
+"""``cr.panel(run_dir)``: watch a run that trains in another session.
+
+Read only: everything comes from the run directory (the verdict of
+:func:`~colab_resume.heartbeat.read_status`, and the history chunks). A
+notebook cell keeps it live with :meth:`MonitorPanel.watch`, which
+refreshes every few seconds and handles clicks in between (the same
+:class:`~colab_resume.panel.pump.KernelPump` as the agent's panel).
+
+**Take over** (after a confirmation) takes the next lease with
+``takeover=True`` and releases it at once as "stopped": the holder is
+fenced at its next beat or commit, and the next ``fit`` in this notebook
+takes the run without waiting for it to be judged dead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_status
+from colab_resume.panel.model import EventLine, PanelFacts, view
+from colab_resume.panel.pump import KernelPump
+from colab_resume.panel.widgets import PanelBox
+from colab_resume.report.history import HistoryReader, RunHistory
+from colab_resume.storage import Storage
+
+ENDED = ("COMPLETED", "FAILED")
+STATE_BADGES = {
+    "NEW": "new",
+    "STALLED": "stalled",
+    "DEAD": "dead",
+    "COMPLETED": "completed",
+    "FAILED": "failed",
+}
+
+
+class MonitorPanel(PanelBox):
+    """The monitor widget; see the module docstring.
+
+    Args:
+        run_dir: the run to watch.
+        storage_options: passed to fsspec.
+        sleep: injectable for tests.
+    """
+
+    def __init__(
+        self,
+        run_dir: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        super().__init__(title=f"colab_resume · watching {run_dir}", read_only=True)
+        self.storage = Storage(run_dir, storage_options)
+        self.reader = HistoryReader(self.storage)
+        self.pump = KernelPump.find()
+        self._sleep = sleep
+        self.status: RunStatus | None = None
+        self.took_over: int | None = None
+        self.report_button.on_click(lambda _: self.draw_report())
+        self.takeover_button.on_click(lambda _: self.ask_confirmation(True))
+        self.cancel_button.on_click(lambda _: self.ask_confirmation(False))
+        self.confirm_button.on_click(lambda _: self.take_over())
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the run directory and show what it says."""
+        try:
+            self.status = read_status(self.storage)
+            history = self.reader.read()
+        except Exception as exc:
+            self.say(f"cannot read {self.storage.url}: {type(exc).__name__}: {exc}")
+            return
+        self.show(view(monitor_facts(self.status, history, time.time())))
+
+    def watch(self, seconds: float | None = 3600.0, *, every: float = 5.0) -> str:
+        """Refresh every ``every`` seconds until the run ends or ``seconds`` pass.
+
+        Clicks are handled meanwhile. Returns the last verdict.
+        """
+        deadline = None if seconds is None else time.monotonic() + seconds
+        next_refresh = 0.0
+        while deadline is None or time.monotonic() < deadline:
+            if time.monotonic() >= next_refresh:
+                self.refresh()
+                next_refresh = time.monotonic() + every
+                if self.status is not None and self.status.state in ENDED:
+                    break
+            if self.pump is not None:
+                self.pump.pump()
+            if self.took_over is not None:
+                break
+            self._sleep(0.1)
+        return self.status.state if self.status else "unknown"
+
+    def take_over(self) -> None:
+        """Fence the holder and free the run for this notebook (after confirming)."""
+        self.ask_confirmation(False)
+        session = RunSession.open(self.storage, SessionOptions(takeover=True))
+        session.close("stopped")
+        self.took_over = session.lease
+        self.say(
+            f"took lease {session.lease}: the other session is fenced at its next "
+            f"beat or commit. Run your training cell now; it takes the run at once."
+        )
+        self.refresh()
+
+    def draw_report(self) -> None:
+        from colab_resume.report.plot import render
+
+        try:
+            self.show_report(render(self.reader.read(), title=self.storage.url))
+        except ImportError:
+            self.show_report(
+                None, "the report needs matplotlib: pip install matplotlib"
+            )
+
+
+def monitor_facts(status: RunStatus, history: RunHistory, now: float) -> PanelFacts:
+    """What a reader of the run directory knows, as panel facts."""
+    state = STATE_BADGES.get(status.state) or (status.holder_state or "training")
+    mine = [p for p in history.points if p.lease == status.lease]
+    rate = None
+    if len(mine) >= 2 and mine[-1].time > mine[-2].time:
+        rate = (mine[-1].step - mine[-2].step) / (mine[-1].time - mine[-2].time)
+    committed = [
+        e
+        for e in history.events
+        if e.kind == "checkpoint.committed" and e.step == status.checkpoint_step
+    ]
+    events = [
+        EventLine(e.time, e.level, e.kind, e.message)
+        for e in history.events
+        if e.kind not in ("checkpoint.committed",)
+    ][-6:]
+    series = [
+        (p.step, p.metrics["loss"]) for p in history.points if "loss" in p.metrics
+    ]
+    return PanelFacts(
+        state=state,
+        now=now,
+        accelerator=status.accelerator,
+        step=status.step,
+        steps_per_second=rate if state == "training" else None,
+        metrics=dict(history.points[-1].metrics) if history.points else {},
+        series=series[-400:],
+        checkpoint_step=status.checkpoint_step,
+        checkpoint_time=committed[-1].time if committed else None,
+        heartbeat_age_s=status.heartbeat_age_s,
+        lease=status.lease or None,
+        session_id=status.session_id,
+        host=status.host,
+        events=events,
+        detail=f"{status.state}: {status.detail}",
+        read_only=True,
+    )
+
+
+def monitor_panel(
+    run_dir: str, storage_options: dict[str, Any] | None = None
+) -> MonitorPanel:
+    return MonitorPanel(run_dir, storage_options)

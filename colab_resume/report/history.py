@@ -1,0 +1,377 @@
+"""The run's metrics and events, kept in the run directory across sessions.
+
+GCS has no append, so the history is a series of small create-only chunks,
+one series per lease::
+
+    history/00000003-000017.json   lease 3, its 18th chunk
+
+Each chunk holds the metric samples and the events since the previous one:
+
+```
+{"format": 1, "lease": 3, "seq": 17, "session_id": "...", "written_at": 1.7e9,
+ "points": [[step, wall_time, {"loss": 0.31, ...}], ...],
+ "events": [{"time": ..., "kind": "recovery.started", "level": "warning",
+             "step": 1200, "message": "..."}, ...]}
+```
+
+The agent samples metrics at most once a second (from the panel tick),
+and writes a chunk every ``flush_seconds`` and at the end of the session,
+on a background thread — never per step, never blocking training. A
+session that dies loses at most its last unwritten chunk: the report then
+shows that session ending at its last chunk.
+
+Chunks read back are untrusted: size capped by :meth:`Storage.read_json`,
+every field type-checked, damaged chunks reported and skipped.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from colab_resume.errors import CorruptRecordError
+from colab_resume.events import Event, EventLog
+from colab_resume.storage import Storage
+
+log = logging.getLogger(__name__)
+
+HISTORY_DIR = "history"
+FORMAT = 1
+MAX_POINTS_PER_CHUNK = 5_000
+MAX_EVENTS_PER_CHUNK = 500
+MAX_METRICS_PER_POINT = 16
+MAX_MESSAGE_CHARS = 300
+MAX_CHUNKS_READ = 5_000
+# Too chatty to keep: progress of one upload, the countdown's repeats.
+QUIET_KINDS = ("checkpoint.upload.progress",)
+
+_CHUNK_RE = re.compile(r"^(\d{8})-(\d{6})\.json$")
+
+
+def chunk_path(lease: int, seq: int) -> str:
+    return f"{HISTORY_DIR}/{lease:08d}-{seq:06d}.json"
+
+
+def parse_chunk_name(name: str) -> tuple[int, int] | None:
+    """``(lease, seq)`` of ``00000003-000017.json`` (a bare name), else None."""
+    match = _CHUNK_RE.match(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One metric sample: ``metrics`` after ``step`` steps, at wall ``time``."""
+
+    step: int
+    time: float
+    metrics: dict[str, float]
+    lease: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedEvent:
+    """An event as the history keeps it."""
+
+    time: float
+    kind: str
+    level: str
+    step: int | None
+    message: str
+    lease: int = 0
+
+
+@dataclasses.dataclass
+class RunHistory:
+    """Everything the history chunks of a run say, ordered by lease and time."""
+
+    points: list[Point] = dataclasses.field(default_factory=list)
+    events: list[RecordedEvent] = dataclasses.field(default_factory=list)
+    sessions: dict[int, str] = dataclasses.field(default_factory=dict)  # lease -> id
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+
+class HistoryRecorder:
+    """Collects samples and events of one agent; writes them as chunks.
+
+    Args:
+        events: the agent's event log (subscribed to at once, so events
+            from before the lease is taken — the wait — are kept too).
+        flush_seconds: time between chunks.
+        clock: wall clock, injectable.
+        monotonic: monotonic clock, injectable.
+        keep_in_memory: samples kept for the panel's chart.
+    """
+
+    def __init__(
+        self,
+        events: EventLog,
+        *,
+        flush_seconds: float = 60.0,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        keep_in_memory: int = 2_000,
+    ) -> None:
+        self.flush_seconds = flush_seconds
+        self._clock = clock
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._pending_points: list[Point] = []
+        self._pending_events: list[RecordedEvent] = []
+        self.recent: collections.deque[Point] = collections.deque(maxlen=keep_in_memory)
+        self._storage: Storage | None = None
+        self._lease = 0
+        self._session_id = ""
+        self._seq = 0
+        self._next_flush = monotonic() + flush_seconds
+        self._writer: threading.Thread | None = None
+        self.failures = 0
+        events.subscribe(self._on_event)
+
+    def start(self, storage: Storage, lease: int, session_id: str) -> None:
+        """A session took the run: chunks now go to ``history/<lease>-*.json``."""
+        with self._lock:
+            if (self._storage, self._lease) != (storage, lease):
+                self._seq = 0
+            self._storage, self._lease, self._session_id = storage, lease, session_id
+        self._next_flush = self._monotonic() + self.flush_seconds
+
+    def sample(self, step: int, metrics: dict[str, Any]) -> None:
+        """Record the metrics after ``step`` steps (call at most ~once a second)."""
+        clean = _clean_metrics(metrics)
+        point = Point(step, self._clock(), clean, self._lease)
+        with self._lock:
+            self._pending_points.append(point)
+            del self._pending_points[:-MAX_POINTS_PER_CHUNK]
+        self.recent.append(point)
+
+    def maybe_flush(self) -> None:
+        """Write a chunk in the background when one is due (cheap otherwise)."""
+        if self._monotonic() >= self._next_flush:
+            self.flush()
+
+    def flush(self, *, wait: bool = False, timeout: float = 30.0) -> None:
+        """Write what is pending as the next chunk, on a background thread."""
+        self._next_flush = self._monotonic() + self.flush_seconds
+        if self._writer is not None and self._writer.is_alive():
+            if not wait:
+                return  # the previous chunk is still being written; next time
+            self._writer.join(timeout)
+        chunk = self._take_chunk()
+        if chunk is None:
+            return
+        self._writer = threading.Thread(
+            target=self._write, args=chunk, name="colab-resume-history", daemon=True
+        )
+        self._writer.start()
+        if wait:
+            self._writer.join(timeout)
+
+    def _take_chunk(self) -> tuple[Storage, str, dict[str, Any]] | None:
+        with self._lock:
+            storage = self._storage
+            if storage is None or not (self._pending_points or self._pending_events):
+                return None
+            points, self._pending_points = self._pending_points, []
+            events = self._pending_events[:MAX_EVENTS_PER_CHUNK]
+            del self._pending_events[:MAX_EVENTS_PER_CHUNK]
+            path = chunk_path(self._lease, self._seq)
+            self._seq += 1
+            record = {
+                "format": FORMAT,
+                "lease": self._lease,
+                "seq": self._seq - 1,
+                "session_id": self._session_id,
+                "written_at": self._clock(),
+                "points": [[p.step, p.time, p.metrics] for p in points],
+                "events": [
+                    {
+                        "time": e.time,
+                        "kind": e.kind,
+                        "level": e.level,
+                        "step": e.step,
+                        "message": e.message,
+                    }
+                    for e in events
+                ],
+            }
+        return storage, path, record
+
+    def _write(self, storage: Storage, path: str, record: dict[str, Any]) -> None:
+        try:
+            storage.write_json(path, record, create_only=True)
+            self.failures = 0
+        except Exception as exc:  # history is best effort: never break training
+            self.failures += 1
+            log.warning("history: could not write %s: %s", path, exc)
+
+    def _on_event(self, event: Event) -> None:
+        if event.kind in QUIET_KINDS:
+            return
+        recorded = RecordedEvent(
+            event.time,
+            event.kind,
+            event.level,
+            event.step,
+            event.message[:MAX_MESSAGE_CHARS],
+            self._lease,
+        )
+        with self._lock:
+            self._pending_events.append(recorded)
+            del self._pending_events[: -MAX_EVENTS_PER_CHUNK * 4]
+
+
+def _clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:
+    clean: dict[str, float] = {}
+    for key, value in list(metrics.items())[:MAX_METRICS_PER_POINT]:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number):
+            clean[str(key)[:64]] = number
+    return clean
+
+
+# --- reading -------------------------------------------------------------------------
+
+
+def read_history(storage: Storage, *, workers: int = 16) -> RunHistory:
+    """Read and check every history chunk of the run in ``storage``.
+
+    Damaged chunks are skipped and named in ``problems``; they never raise.
+    """
+    return HistoryReader(storage, workers=workers).read()
+
+
+class HistoryReader:
+    """Reads a run's history; each :meth:`read` fetches only new chunks."""
+
+    def __init__(self, storage: Storage, *, workers: int = 16) -> None:
+        self.storage = storage
+        self.workers = workers
+        self._chunks: dict[str, RunHistory] = {}  # path -> its parsed content
+
+    def read(self) -> RunHistory:
+        names = []
+        for info in self.storage.list(HISTORY_DIR + "/"):
+            parts = info.path.split("/")
+            parsed = parse_chunk_name(parts[-1]) if len(parts) == 2 else None
+            if parsed is not None:
+                names.append((parsed, info.path))
+        names.sort()
+        history = RunHistory()
+        if len(names) > MAX_CHUNKS_READ:
+            history.problems.append(
+                f"{len(names)} history chunks; reading the newest {MAX_CHUNKS_READ}"
+            )
+            names = names[-MAX_CHUNKS_READ:]
+        new = [(lease, path) for (lease, _), path in names if path not in self._chunks]
+        if new:
+            with ThreadPoolExecutor(max(1, min(self.workers, len(new)))) as pool:
+                for path, chunk in pool.map(self._load, new):
+                    self._chunks[path] = chunk
+        for _, path in names:
+            chunk = self._chunks[path]
+            history.points.extend(chunk.points)
+            history.events.extend(chunk.events)
+            history.sessions.update(chunk.sessions)
+            history.problems.extend(chunk.problems)
+        history.points.sort(key=lambda p: (p.lease, p.time, p.step))
+        history.events.sort(key=lambda e: e.time)
+        return history
+
+    def _load(self, item: tuple[int, str]) -> tuple[str, RunHistory]:
+        lease, path = item
+        chunk = RunHistory()
+        try:
+            data = self.storage.read_json(path)
+            parse_chunk(data, lease, f"{self.storage.url}/{path}", chunk)
+        except (CorruptRecordError, FileNotFoundError) as exc:
+            chunk.problems.append(f"{path}: {exc}")
+        return path, chunk
+
+
+def parse_chunk(data: dict[str, Any], lease: int, where: str, into: RunHistory) -> None:
+    """Check one chunk and add its samples and events to ``into``.
+
+    Raises:
+        CorruptRecordError: the chunk's structure is wrong (nothing is added).
+    """
+    if data.get("format") != FORMAT:
+        raise CorruptRecordError(
+            f"{where}: unknown history format {data.get('format')!r}; upgrade "
+            f"colab_resume to read it."
+        )
+    points, events = data.get("points"), data.get("events")
+    session_id = data.get("session_id")
+    if not isinstance(points, list) or not isinstance(events, list):
+        raise CorruptRecordError(f"{where}: 'points' and 'events' must be lists.")
+    if len(points) > MAX_POINTS_PER_CHUNK or len(events) > MAX_EVENTS_PER_CHUNK:
+        raise CorruptRecordError(f"{where}: more entries than any writer makes.")
+    new_points = [_parse_point(raw, lease, where) for raw in points]
+    new_events = [_parse_event(raw, lease, where) for raw in events]
+    into.points.extend(new_points)
+    into.events.extend(new_events)
+    if isinstance(session_id, str):
+        into.sessions[lease] = session_id[:64]
+
+
+def _number(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
+
+
+def _parse_point(raw: Any, lease: int, where: str) -> Point:
+    if (
+        not isinstance(raw, list)
+        or len(raw) != 3
+        or not isinstance(raw[0], int)
+        or isinstance(raw[0], bool)
+        or raw[0] < 0
+        or not _number(raw[1])
+        or not isinstance(raw[2], dict)
+        or len(raw[2]) > MAX_METRICS_PER_POINT
+    ):
+        raise CorruptRecordError(f"{where}: a point is not [step, time, {{metrics}}].")
+    metrics = {}
+    for key, value in raw[2].items():
+        if not isinstance(key, str) or not _number(value):
+            raise CorruptRecordError(f"{where}: metric {key!r} is not a number.")
+        metrics[key[:64]] = float(value)
+    return Point(raw[0], float(raw[1]), metrics, lease)
+
+
+def _parse_event(raw: Any, lease: int, where: str) -> RecordedEvent:
+    if not isinstance(raw, dict):
+        raise CorruptRecordError(f"{where}: an event is not an object.")
+    step = raw.get("step")
+    fields_ok = (
+        _number(raw.get("time"))
+        and isinstance(raw.get("kind"), str)
+        and raw.get("level") in ("info", "warning", "error")
+        and isinstance(raw.get("message"), str)
+        and (step is None or (isinstance(step, int) and not isinstance(step, bool)))
+    )
+    if not fields_ok:
+        raise CorruptRecordError(
+            f"{where}: an event lacks time/kind/level/message or has wrong types."
+        )
+    return RecordedEvent(
+        float(raw["time"]),
+        raw["kind"][:64],
+        raw["level"],
+        step,
+        raw["message"][:MAX_MESSAGE_CHARS],
+        lease,
+    )

@@ -1,0 +1,186 @@
+"""The panel in-process: what it shows given agent state, the tick's rate
+limit, the buttons' wiring, the monitor, and that outside a kernel it is inert."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import colab_resume as cr
+from colab_resume.panel.model import EventLine, PanelFacts, sparkline, view
+from colab_resume.panel.telemetry import Telemetry
+
+pytest.importorskip("ipywidgets")
+
+
+def test_view_of_a_training_run():
+    facts = PanelFacts(
+        state="training",
+        now=1000.0,
+        accelerator="TPU v5e-1 x1 (mixed_bfloat16)",
+        step=500,
+        total_steps=1000,
+        epoch=4,
+        steps_per_second=10.0,
+        metrics={"loss": 0.25},
+        series=[(i, 1.0 / (i + 1)) for i in range(50)],
+        checkpoint_step=400,
+        checkpoint_time=970.0,
+        checkpoint_bytes=12_500_000,
+        upload_rate=50e6,
+        stall_count=2,
+        stall_seconds=7.0,
+        heartbeat_age_s=3.0,
+        heartbeat_seconds=30.0,
+        lease=2,
+        session_id="abc123",
+        host="vm",
+        events=[EventLine(990.0, "warning", "recovery.started", "accelerator lost")],
+    )
+    v = view(facts)
+    assert v.badge == "training" and v.buttons_enabled and v.pause_label == "Pause"
+    assert "TPU v5e-1" in v.accelerator
+    assert "step 500 / 1,000" in v.progress and "epoch 5" in v.progress
+    assert "10.0 steps/s" in v.progress and "ETA 50s" in v.progress
+    assert v.fraction == 0.5
+    assert "step 400, 30s ago, 12.5 MB" in v.checkpoint
+    assert "upload 50.0 MB/s" in v.checkpoint and "2 stall(s)" in v.checkpoint
+    assert "3s ago (every 30s) · lease 2 · session abc123 on vm" in v.heartbeat
+    assert v.events[0][1] == "10s ago · recovery.started: accelerator lost"
+    assert v.chart_svg.startswith("<svg") and "polyline" in v.chart_svg
+
+
+@pytest.mark.parametrize(
+    ("state", "badge", "enabled", "pause"),
+    [
+        ("paused", "paused", True, "Resume"),
+        ("stopped", "stopped", False, "Pause"),
+        ("fenced", "fenced", False, "Pause"),
+        ("completed", "completed", False, "Pause"),
+        ("failed", "failed", False, "Pause"),
+        ("recovering", "recovering", True, "Pause"),
+    ],
+)
+def test_badges(state, badge, enabled, pause):
+    v = view(PanelFacts(state=state, now=0.0))
+    assert (v.badge, v.buttons_enabled, v.pause_label) == (badge, enabled, pause)
+
+
+def test_waiting_shows_a_countdown_and_monitor_has_no_steering():
+    v = view(PanelFacts(state="waiting", now=0.0, waiting_left_s=42.4))
+    assert v.badge == "waiting for a dead session (42s)"
+    assert not view(PanelFacts(state="training", now=0, read_only=True)).buttons_enabled
+
+
+def test_sparkline_needs_two_finite_values():
+    assert sparkline([1.0]) == "" and sparkline([float("nan"), 1.0]) == ""
+    assert 'points="0.0,4.0 160.0,30.0 320.0,56.0"' in sparkline([3.0, 2.0, 1.0])
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_tick_is_rate_limited_by_wall_clock(tmp_path):
+    agent = cr.Agent(str(tmp_path / "run"))
+    clock = FakeClock()
+    telemetry = Telemetry(agent, clock=clock)
+    calls = []
+    telemetry.listeners.append(lambda: calls.append(clock.now))
+    for _ in range(1000):
+        telemetry.tick()  # many steps within the same second
+    assert calls == [100.0]
+    clock.now += 0.5
+    telemetry.tick()
+    assert len(calls) == 1
+    clock.now += 0.6
+    telemetry.tick()
+    assert calls == [100.0, 101.1]
+
+
+def test_a_tick_that_is_not_due_is_cheap(tmp_path):
+    telemetry = Telemetry(cr.Agent(str(tmp_path / "run")))
+    telemetry.tick()
+    started = time.perf_counter()
+    for _ in range(100_000):
+        telemetry.tick()
+    per_tick = (time.perf_counter() - started) / 100_000
+    assert per_tick < 20e-6, per_tick  # generous: ~0.2 us here; a step is >= 1 ms
+
+
+def test_buttons_set_the_agents_flags(tmp_path):
+    agent = cr.Agent(str(tmp_path / "run"))
+    panel = agent.panel()
+    assert panel.pump is None  # no kernel here: nothing registered, inert
+    assert agent.telemetry.listeners == []
+    panel.save_button.click()
+    assert agent.controls.take_save_request()
+    panel.pause_button.click()
+    assert agent.controls.paused
+    panel.refresh()
+    assert panel.pause_button.description == "Resume"
+    panel.pause_button.click()
+    assert not agent.controls.paused
+    panel.stop_button.click()
+    assert agent.controls.stop_requested
+    assert "not started" in panel.badge.value
+
+
+def test_panel_follows_a_session(tmp_path):
+    from colab_resume.heartbeat import RunSession, SessionOptions
+
+    agent = cr.Agent(str(tmp_path / "run"))
+    panel = agent.panel()
+    agent.session = RunSession.open(
+        agent.storage, SessionOptions(), events=agent.events
+    )
+    try:
+        agent.telemetry.session_started(total_steps=100, steps_per_epoch=10)
+        agent.session.update(state="training", step=0)
+        agent.telemetry.recorder.sample(5, {"loss": 2.0})
+        agent.telemetry.recorder.sample(10, {"loss": 1.0})
+        panel.refresh()
+        assert "starting" in panel.badge.value or "training" in panel.badge.value
+        assert "lease 1" in panel.heartbeat.value
+        assert "<svg" in panel.chart.value
+        assert "lease.taken" in panel.events.value
+    finally:
+        agent.session.close("stopped")
+    panel.refresh()
+    assert "stopped" in panel.badge.value
+
+
+def test_monitor_reads_the_run_directory(tmp_path):
+    from colab_resume.heartbeat import RunSession, SessionOptions
+    from colab_resume.report.history import HistoryRecorder
+
+    agent = cr.Agent(str(tmp_path / "run"))
+    session = RunSession.open(
+        agent.storage, SessionOptions(heartbeat_seconds=0.2), events=agent.events
+    )
+    recorder = HistoryRecorder(agent.events)
+    recorder.start(agent.storage, session.lease, session.session_id)
+    session.update(state="training", step=20)
+    for step in (10, 20):
+        recorder.sample(step, {"loss": 1.0 / step})
+    recorder.flush(wait=True)
+    time.sleep(0.5)  # a beat carries state and step
+    monitor = cr.panel(agent.run_dir)
+    assert "training" in monitor.badge.value
+    assert "lease 1" in monitor.heartbeat.value
+    assert "<svg" in monitor.chart.value
+    assert "ALIVE" in monitor.detail.value
+    assert monitor.watch(0.3, every=0.1) == "ALIVE"
+    # Take over asks first, then fences the holder and frees the run.
+    monitor.takeover_button.click()
+    assert monitor.confirm.layout.display == "flex"
+    monitor.confirm_button.click()
+    assert monitor.took_over == 2
+    assert cr.inspect(agent.run_dir).state == "DEAD"  # released: takeable at once
+    assert not session.writer.verify_lease(agent.storage)  # the holder is fenced
+    session.close("stopped")
