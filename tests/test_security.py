@@ -139,7 +139,9 @@ def test_cli_reports_damaged_records_without_crashing(
     record, damage, gcs_run_dir, gcs_options, emulator
 ):
     storage = Storage(gcs_run_dir, gcs_options)
-    session = RunSession.open(storage, SessionOptions(heartbeat_seconds=5))
+    # Short beats: with its heartbeat damaged the run is judged by the clock
+    # alone, DEAD after 4 beats, which `watch` below waits for.
+    session = RunSession.open(storage, SessionOptions(heartbeat_seconds=0.5))
     session.close("stopped")
     if record == "heartbeat":
         target = rundir.heartbeat_path(1)
