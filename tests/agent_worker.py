@@ -140,6 +140,8 @@ def main() -> int:
             seen.append(event)  # all of them: recent() keeps only 500
             if event.kind in ("checkpoint.restored", "checkpoint.committed"):
                 print(f"EVENT {event.kind} step={event.step}", flush=True)
+            if event.kind == "lease.taken":
+                print(f"LEASE {event.data['lease']}", flush=True)
 
         agent.events.subscribe(record)
 

@@ -28,6 +28,7 @@ import random
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.parse
@@ -111,6 +112,16 @@ def path_contains(text: str, method: str | None = None) -> Match:
     return match
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    """A client that hangs up (a killed worker, a reset we injected) is no error."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 @dataclasses.dataclass(frozen=True)
 class Seen:
     """One request the proxy received and what it did to it."""
@@ -144,7 +155,7 @@ class FaultProxy:
         self._outage_kind = "503"
         self._token_check: TokenCheck | None = None
         self.set_mix(mix or FaultMix())
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._server.proxy = self  # type: ignore[attr-defined]
         self.port = self._server.server_address[1]

@@ -73,6 +73,13 @@ class Life:
         for line in stream:
             sink.append(line.rstrip("\n"))
 
+    def lease(self) -> int | None:
+        """The lease this worker took, if it got that far."""
+        for line in self.out:
+            if line.startswith("LEASE "):
+                return int(line.split()[1])
+        return None
+
     def restored_step(self) -> int | None:
         """The step restored, 0 for a fresh start, None if it never got there."""
         for line in self.out:
@@ -99,8 +106,13 @@ def worker_argv(run_dir: str, out: str, epochs: int, *extra: str) -> list[str]:
     ]
 
 
-def highest_committed(storage: Storage) -> int:
-    steps = [d.name.step for d in catalog.scan(storage) if d.committed]
+def highest_committed(storage: Storage, below_lease: int | None = None) -> int:
+    """The newest committed step, optionally only among leases below one."""
+    steps = [
+        d.name.step
+        for d in catalog.scan(storage)
+        if d.committed and (below_lease is None or d.name.lease < below_lease)
+    ]
     return max(steps, default=0)
 
 
@@ -178,7 +190,10 @@ def main() -> int:
                 restored = life.restored_step()
                 if restored is not None and restored < before:
                     lost_steps += before - restored
-                before = highest_committed(direct)
+                # What the rival had to restore: everything committed before
+                # it took its lease, not what it committed itself since.
+                rival_lease = rival.lease()
+                before = highest_committed(direct, below_lease=rival_lease)
                 life = rival
             if rng.random() < 0.25:  # a kill during start-up or restore
                 time.sleep(rng.uniform(1.0, 8.0))
