@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
+
+
+def _die_with_parent() -> None:
+    """In the child: be killed when the test process dies, even by SIGKILL."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _free_port() -> int:
@@ -54,6 +64,7 @@ class Emulator:
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
         self._wait_ready(timeout=20.0)
 
