@@ -100,6 +100,36 @@ def test_recorder_writes_chunks_not_steps(tmp_path):
     assert len(read_history(storage).points) == 199
 
 
+def test_a_checkpoint_commit_brings_the_next_chunk_forward(tmp_path):
+    """History is as durable as the checkpoints: a commit flushes within 10 s."""
+    now = [0.0]
+    storage = Storage(str(tmp_path / "run"))
+    events = EventLog()
+    recorder = HistoryRecorder(events, monotonic=lambda: now[0], flush_seconds=60)
+    recorder.start(storage, 1, "s")
+
+    def run_until(t: float) -> None:
+        while now[0] < t:
+            now[0] += 0.5
+            recorder.sample(int(now[0] * 2), {"loss": 1.0})
+            recorder.maybe_flush()
+            if recorder._writer is not None:
+                recorder._writer.join(5)
+
+    def chunks() -> int:
+        folder = os.path.join(storage.root, "history")
+        return len(os.listdir(folder)) if os.path.isdir(folder) else 0
+
+    run_until(3.0)
+    events.emit("checkpoint.committed", "committed step 6", step=6)
+    run_until(9.5)
+    assert chunks() == 0  # not before 10 s since the last chunk
+    run_until(10.5)
+    assert chunks() == 1  # long before the 60 s timer
+    run_until(30.0)
+    assert chunks() == 1  # no commit since: back to one a minute
+
+
 @pytest.mark.tf
 def test_fit_keeps_history_and_the_panel_follows(tmp_path):
     pytest.importorskip("tensorflow")

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 HISTORY_DIR = "history"
 FORMAT = 1
+# A checkpoint commit asks for a chunk, but not more often than this.
+COMMIT_FLUSH_MIN_SECONDS = 10.0
 MAX_POINTS_PER_CHUNK = 5_000
 MAX_EVENTS_PER_CHUNK = 500
 MAX_METRICS_PER_POINT = 16
@@ -131,6 +133,7 @@ class HistoryRecorder:
         self._session_id = ""
         self._seq = 0
         self._next_flush = monotonic() + flush_seconds
+        self._last_flush = monotonic()
         self._writer: threading.Thread | None = None
         self.failures = 0
         events.subscribe(self._on_event)
@@ -159,7 +162,8 @@ class HistoryRecorder:
 
     def flush(self, *, wait: bool = False, timeout: float = 30.0) -> None:
         """Write what is pending as the next chunk, on a background thread."""
-        self._next_flush = self._monotonic() + self.flush_seconds
+        self._last_flush = self._monotonic()
+        self._next_flush = self._last_flush + self.flush_seconds
         if self._writer is not None and self._writer.is_alive():
             if not wait:
                 return  # the previous chunk is still being written; next time
@@ -213,6 +217,12 @@ class HistoryRecorder:
             log.warning("history: could not write %s: %s", path, exc)
 
     def _on_event(self, event: Event) -> None:
+        if event.kind == "checkpoint.committed":
+            # Keep the history as durable as the training state: a session
+            # killed outright then loses only what its checkpoint loses too.
+            # (Written at the next tick, at most one chunk per 10 s.)
+            soon = self._last_flush + COMMIT_FLUSH_MIN_SECONDS
+            self._next_flush = min(self._next_flush, soon)
         if event.kind in QUIET_KINDS:
             return
         recorded = RecordedEvent(
