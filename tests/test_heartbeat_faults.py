@@ -12,7 +12,7 @@ from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.heartbeat.records import BeatRecord, parse
 from colab_resume.storage import Storage
 
-BEAT = 0.3
+BEAT = 0.5
 
 
 def beat_number(storage: Storage) -> int:
@@ -28,9 +28,12 @@ def test_beats_continue_through_503s_resets_and_stalls(
         {"token": "anon", "endpoint_url": fault_proxy.url, "requests_timeout": 1.0},
     )
     direct = Storage(gcs_run_dir, gcs_options)
+    # Judged dead after 12 silent beats: a machine loaded by the rest of the
+    # suite can stall one beat's requests for seconds, faults or not.
     session = RunSession.open(
-        through_proxy, SessionOptions(heartbeat_seconds=BEAT, dead_after_seconds=3.0)
+        through_proxy, SessionOptions(heartbeat_seconds=BEAT, dead_after_seconds=6.0)
     )
+    assert cr.inspect(gcs_run_dir, gcs_options).state == "ALIVE"
     # Heavy, but the kind of weather a heartbeat must ride out: one request
     # in four faulted (a beat makes three requests: fence check, own-lease
     # check, write).
@@ -45,7 +48,7 @@ def test_beats_continue_through_503s_resets_and_stalls(
         )
     )
     verdicts, beats = [], []
-    for step in range(1, 31):  # ~6 s of "training"
+    for step in range(1, 41):  # ~8 s of "training"
         session.update(state="training", step=step)
         verdicts.append(cr.inspect(gcs_run_dir, gcs_options).state)
         beats.append(beat_number(direct))
@@ -56,7 +59,7 @@ def test_beats_continue_through_503s_resets_and_stalls(
     assert set(verdicts) == {"ALIVE"}, verdicts  # never judged dead or stalled
     # Beats kept coming to the end; with a quarter of requests faulted fewer
     # than one per interval land, but never too few to stay ALIVE.
-    assert beats[-1] >= beats[0] + 5 and beats[-1] > beats[20], beats
+    assert beats[-1] >= beats[0] + 5 and beats[-1] > beats[25], beats
     assert not [
         e for e in session.events.recent(kind="heartbeat.failed") if e.level == "error"
     ]
