@@ -21,6 +21,7 @@ import dataclasses
 from typing import Any
 
 from colab_resume.agent.steps import StepDuties
+from colab_resume.agent.values import scalars
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +54,8 @@ class ModelState:
         return self.model
 
     def snapshot(self) -> tuple[Any, int, dict[str, Any], dict[str, Any]]:
-        from colab_resume.agent.keras_fit import _scalars
-
         extras = {"steps_per_epoch": self.steps_per_epoch}
-        return self.model, self.epoch, _scalars(self.last_logs), extras
+        return self.model, self.epoch, scalars(self.last_logs), extras
 
     def start_point(self, step: int, epoch: int, extras: dict[str, Any]) -> StartPoint:
         steps = extras.get("steps_per_epoch")

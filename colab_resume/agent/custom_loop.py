@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume.agent.keras_fit import _check_callable
 from colab_resume.agent.steps import StepDuties
+from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.data import check_fingerprint, epoch_dataset, fingerprint, split_step
 from colab_resume.errors import ColabResumeError
@@ -40,9 +40,9 @@ class CustomLoop:
         total_steps: int,
         steps_per_epoch: int,
     ) -> None:
-        _check_callable("build_state", build_state)
-        _check_callable("make_dataset", make_dataset)
-        _check_callable("train_step", train_step)
+        check_callable("build_state", build_state)
+        check_callable("make_dataset", make_dataset)
+        check_callable("train_step", train_step)
         for name, value in (
             ("total_steps", total_steps),
             ("steps_per_epoch", steps_per_epoch),
@@ -132,13 +132,7 @@ class CustomLoop:
 
 
 def _metrics(outputs: Any) -> dict[str, float]:
+    """What ``train_step`` returned (a tensor, or a dict of them) as metrics."""
     if outputs is None:
         return {}
-    items = list(outputs.items()) if isinstance(outputs, dict) else [("loss", outputs)]
-    out = {}
-    for key, value in items:
-        try:
-            out[str(key)] = float(value)
-        except (TypeError, ValueError):
-            continue
-    return out
+    return scalars(outputs if isinstance(outputs, dict) else {"loss": outputs})

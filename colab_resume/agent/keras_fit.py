@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from colab_resume.agent.steps import StepDuties
+from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.data import (
     check_fingerprint,
@@ -46,8 +47,8 @@ class KerasFit:
         callbacks: Sequence[Any] | None,
         verbose: Any,
     ) -> None:
-        _check_callable("build_model", build_model)
-        _check_callable("make_dataset", make_dataset)
+        check_callable("build_model", build_model)
+        check_callable("make_dataset", make_dataset)
         for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
@@ -109,7 +110,7 @@ class KerasFit:
     def snapshot(self) -> tuple[Any, int, dict[str, Any], dict[str, Any]]:
         history = {"epoch": list(self.history.epoch), "history": self.history.history}
         extras = {"history": history, "fingerprints": self.fingerprints}
-        return self.model, self.epoch, _scalars(self.last_logs), extras
+        return self.model, self.epoch, scalars(self.last_logs), extras
 
     def train(self, start_step: int, duties: StepDuties) -> None:
         """Train from ``start_step`` to the end (or until stopped)."""
@@ -168,7 +169,7 @@ class KerasFit:
 
     def record_epoch(self, epoch: int, logs: dict[str, Any] | None) -> None:
         self.history.epoch.append(epoch)
-        for key, value in _scalars(logs or {}).items():
+        for key, value in scalars(logs or {}).items():
             self.history.history.setdefault(key, []).append(value)
 
 
@@ -281,21 +282,3 @@ def _new_history(epochs: list[int] | None = None, values: dict | None = None) ->
     history.epoch = list(epochs or [])
     history.history = {k: list(v) for k, v in (values or {}).items()}
     return history
-
-
-def _scalars(logs: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for key, value in logs.items():
-        try:
-            out[key] = float(value)
-        except (TypeError, ValueError):
-            continue
-    return out
-
-
-def _check_callable(name: str, value: Any) -> None:
-    if not callable(value):
-        raise TypeError(
-            f"{name} must be a function (called again at every restart), got "
-            f"{type(value).__name__}."
-        )
