@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume.redact import redact
+
 log = logging.getLogger(__name__)
 
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -74,7 +76,9 @@ class EventLog:
         """Record an event, log it, and tell the subscribers."""
         if level not in _LEVELS:
             raise ValueError(f"level must be one of {sorted(_LEVELS)}, got {level!r}")
-        event = Event(self._clock(), kind, message, level, step, data)
+        # Events reach the run directory (history), logs and panels.
+        data = {k: redact(v) if isinstance(v, str) else v for k, v in data.items()}
+        event = Event(self._clock(), kind, redact(message), level, step, data)
         with self._lock:
             self._events.append(event)
             subscribers = list(self._subscribers)

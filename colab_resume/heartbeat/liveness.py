@@ -16,6 +16,7 @@ from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError
 from colab_resume.heartbeat.lease import list_leases, read_lease
 from colab_resume.heartbeat.records import BeatRecord, LeaseRecord, parse
+from colab_resume.redact import redact
 from colab_resume.storage import ObjectInfo, Storage
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,10 @@ def judge(
     if age is None:
         return NEW, "no session has taken this run yet"
     if beat is not None and beat.state == "failed":
-        return FAILED, f"the holder stopped on an error: {beat.error or 'unknown'}"
+        return (
+            FAILED,
+            f"the holder stopped on an error: {redact(beat.error or 'unknown')}",
+        )
     if beat is not None and beat.state == "stopped":
         return DEAD, "the holder stopped cleanly; the run can be taken at once"
     if age > dead_after:

@@ -25,6 +25,7 @@ from colab_resume.heartbeat.records import (
     LeaseRecord,
     to_json,
 )
+from colab_resume.redact import redact
 from colab_resume.storage import RetryPolicy, Storage
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,8 @@ class HeartbeatWriter:
         state = fields.get("state")
         if state is not None and state not in HOLDER_STATES:
             raise ValueError(f"state must be one of {HOLDER_STATES}, got {state!r}")
+        if isinstance(fields.get("error"), str):  # the beat is shared storage
+            fields["error"] = redact(fields["error"])
         with self._lock:
             if "step" in fields and fields["step"] != self._fields["step"]:
                 self._progress_at = self._clock()

@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from colab_resume.errors import NoCredentialsError
+from colab_resume.redact import register_secret
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,9 @@ def gcs_options(storage_options: dict[str, Any]) -> dict[str, Any]:
         if not emulator.startswith("http"):
             emulator = "http://" + emulator
         options["endpoint_url"] = emulator
+    token = options.get("token")
+    if isinstance(token, str) and _is_raw_token(token):
+        register_secret(token)  # gcsfs takes it as an OAuth access token
     if "token" not in options:
         if _authenticated is not None:
             options["token"] = _authenticated
@@ -110,16 +114,32 @@ def gcs_options(storage_options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+_GCSFS_TOKEN_KEYWORDS = ("anon", "google_default", "cloud", "cache", "browser")
+
+
+def _is_raw_token(token: str) -> bool:
+    """A string gcsfs reads as a raw OAuth token: neither a keyword nor a file."""
+    return token not in _GCSFS_TOKEN_KEYWORDS and not os.path.exists(token)
+
+
 def describe_principal(token: Any) -> str:
-    """Who the credentials act as, for permission-denied messages."""
+    """Who the credentials act as, for permission-denied messages.
+
+    Never the credential itself: a string token is named only when it is
+    the path of an existing key file; gcsfs takes any other string as a
+    raw access token, which must not reach a message (messages end up in
+    the shared run directory).
+    """
     if token is None:
         return "application-default credentials"
     if isinstance(token, str):
         if token == "anon":
             return "anonymous (token='anon')"
-        if token in ("google_default", "cloud", "cache", "browser"):
+        if token in _GCSFS_TOKEN_KEYWORDS:
             return f"gcsfs token={token!r}"
-        return f"the service-account key file {token}"
+        if os.path.exists(token):
+            return f"the service-account key file {token}"
+        return "a raw access token passed as token= (not shown)"
     email = getattr(token, "service_account_email", None)
     if email and email != "default":
         return str(email)

@@ -34,6 +34,7 @@ from colab_resume.errors import (
     PermissionDeniedError,
     UnsupportedURLError,
 )
+from colab_resume.redact import redact
 from colab_resume.storage import auth
 from colab_resume.storage.faults import http_status, is_forbidden
 from colab_resume.storage.retry import RetryHook, RetryPolicy, call_with_retry
@@ -252,7 +253,7 @@ class Storage:
         where = f"bucket 'gs://{self.bucket}'" if self.is_gcs else self.url
         return PermissionDeniedError(
             f"Permission denied to {operation} in {where} for {self.principal} "
-            f"({exc}). Grant that principal read/write access (for GCS: "
+            f"({redact(str(exc))}). Grant that principal read/write access (for GCS: "
             f"`gcloud storage buckets add-iam-policy-binding gs://{self.bucket} "
             f"--member=<principal> --role=roles/storage.objectAdmin`) or "
             f"authenticate as an account that has it."

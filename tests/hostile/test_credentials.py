@@ -1,0 +1,129 @@
+"""A raw access token never reaches the shared run directory or its readers.
+
+gcsfs takes any ``token=`` string that is not a file as a raw OAuth access
+token. A 403 (a role that may create but not delete) used to put that
+string into ``PermissionDeniedError``, and from there into the heartbeat,
+history, events and every collaborator's ``colab-resume status``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from faultproxy import FaultMix, path_contains
+
+from colab_resume.errors import PermissionDeniedError
+from colab_resume.events import EventLog
+from colab_resume.heartbeat import RunSession, SessionOptions
+from colab_resume.redact import redact
+from colab_resume.storage import Storage
+
+# Shaped like a real access token, but never valid anywhere.
+TOKEN = "ya29.a0Ad52N3-" + "x7Qz" * 30
+
+
+def every_object(storage: Storage) -> dict[str, bytes]:
+    return {o.path: storage.read_bytes(o.path) for o in storage.list()}
+
+
+def test_raw_token_stays_out_of_errors_heartbeat_history_and_status(
+    fault_proxy, bucket, emulator, monkeypatch
+):
+    # gcsfs would ask Google's tokeninfo endpoint when the token expires;
+    # there is no network here, and the emulator accepts any token.
+    monkeypatch.setenv("FETCH_RAW_TOKEN_EXPIRY", "false")
+    url = f"gs://{bucket}/runs/r"
+    storage = Storage(url, {"token": TOKEN, "endpoint_url": fault_proxy.url})
+    events = EventLog()
+    session = RunSession.open(
+        storage, SessionOptions(heartbeat_seconds=5), events=events
+    )
+    storage.write_bytes("scratch/old.bin", b"x")
+    # The role may create objects but not delete them.
+    fault_proxy.set_mix(
+        FaultMix(error_rate=1.0, statuses=(403,), match=path_contains("/o/", "DELETE"))
+    )
+    with pytest.raises(PermissionDeniedError) as caught:
+        storage.delete("scratch/old.bin")
+    message = str(caught.value)
+    assert TOKEN not in message
+    assert "a raw access token passed as token= (not shown)" in message
+    assert "service-account key file" not in message
+
+    # What the agent does with an unrecoverable error: an event, a failed beat.
+    events.emit("run.failed", message, level="error")
+    events.emit("echo", f"the token was {TOKEN}", detail=TOKEN)
+    session.close("failed", error=f"{type(caught.value).__name__}: {message}")
+    fault_proxy.set_mix(FaultMix(error_rate=0.0))
+
+    for event in events.recent():
+        assert TOKEN not in json.dumps(event.to_json())
+    reader = Storage(url, {"token": "anon", "endpoint_url": emulator.url})
+    objects = every_object(reader)
+    assert any(path.startswith("heartbeat/") for path in objects)
+    for path, data in objects.items():
+        assert TOKEN.encode() not in data, path
+    beat = json.loads(objects[min(p for p in objects if p.startswith("heartbeat/"))])
+    assert "PermissionDeniedError" in beat["error"]
+
+    # A collaborator's view, in a real process.
+    status = subprocess.run(
+        [sys.executable, "-m", "colab_resume", "status", url, "--json"]
+        + ["--token", "anon", "--endpoint-url", emulator.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"},
+    )
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["state"] == "FAILED"
+    assert TOKEN not in status.stdout + status.stderr
+
+
+def test_a_token_written_by_an_older_version_is_not_shown(bucket, emulator):
+    """A heartbeat that already holds a token (written before this fix)."""
+    url = f"gs://{bucket}/runs/r"
+    storage = Storage(url, {"token": "anon", "endpoint_url": emulator.url})
+    session = RunSession.open(storage, SessionOptions(heartbeat_seconds=5))
+    session.close("stopped")
+    [beat_path] = [o.path for o in storage.list() if o.path.startswith("heartbeat/")]
+    beat = storage.read_json(beat_path)
+    beat.update(state="failed", error=f"PermissionDeniedError: ... key file {TOKEN}")
+    storage.write_json(beat_path, beat)
+
+    status = subprocess.run(
+        [sys.executable, "-m", "colab_resume", "status", url]
+        + ["--token", "anon", "--endpoint-url", emulator.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"},
+    )
+    assert "FAILED" in status.stdout, status.stdout + status.stderr
+    assert "ya29." not in status.stdout + status.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"Authorization: Bearer {TOKEN[5:]}",
+        '{"access_token": "opaque-value-123456", "expires_in": 3599}',
+        "refresh_token=1//0gAbCdEfGhIjKlMnOpQrStUv",
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----",
+        "jwt eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
+    ],
+)
+def test_token_shaped_strings_are_redacted(text):
+    cleaned = redact(text)
+    assert "<redacted>" in cleaned
+    for secret in ("opaque-value", "1//0gAb", "MIIEvQ", "eyJzdWIi", TOKEN[5:20]):
+        assert secret not in cleaned
+
+
+def test_ordinary_text_is_left_alone():
+    text = "step 1200 committed: checkpoints/step-000001200.e00000001 (crc32c ok)"
+    assert redact(text) == text
