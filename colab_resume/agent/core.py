@@ -114,6 +114,10 @@ class Agent:
         steps_per_epoch: int,
         callbacks: Sequence[Any] | None = None,
         verbose: Any = "auto",
+        validation_data: Any = None,
+        validation_steps: int | None = None,
+        validation_freq: int = 1,
+        class_weight: dict[int, float] | None = None,
     ) -> Any:
         """Train a Keras model to the end, resuming exactly wherever it stopped.
 
@@ -126,8 +130,16 @@ class Agent:
             epochs: total epochs of the run.
             steps_per_epoch: batches per epoch.
             callbacks: Keras callbacks; ``on_train_begin``/``on_train_end``
-                are delivered once per call, as in ``model.fit``.
+                are delivered once per run, as in ``model.fit``, and their
+                state is carried across restarts (built-in callbacks, and
+                yours through ``get_resume_state``/``set_resume_state``).
             verbose: passed to ``model.fit``.
+            validation_data: a ``tf.data.Dataset`` (or ``(x, y)``) to
+                evaluate on at the end of each epoch, or a callable
+                ``validation_data(epoch)`` returning one.
+            validation_steps: batches of validation data per evaluation.
+            validation_freq: evaluate every this many epochs.
+            class_weight: class index -> loss weight, as in ``model.fit``.
 
         Returns:
             A ``keras.callbacks.History`` covering the whole run, across
@@ -140,6 +152,13 @@ class Agent:
             steps_per_epoch=steps_per_epoch,
             callbacks=callbacks,
             verbose=verbose,
+            validation_data=validation_data,
+            validation_steps=validation_steps,
+            validation_freq=validation_freq,
+            class_weight=class_weight,
+            warn=lambda message: self.events.emit(
+                "fit.warning", message, level="warning"
+            ),
         )
         self._drive(driver, lambda start, duties: driver.train(start, duties))
         self.model = driver.model

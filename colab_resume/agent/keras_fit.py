@@ -8,6 +8,14 @@ delivers ``on_train_begin`` / ``on_train_end`` once per run rather than once
 per epoch (``EarlyStopping`` and friends reset themselves there), gives them
 the run's real epoch count and batch numbers, keeps the run's History across
 restarts, and does the agent's duties after every step.
+
+Across a process death the user's model and callbacks see exactly what an
+uninterrupted run shows them: the callbacks' state travels in the
+checkpoint (:mod:`~colab_resume.agent.callback_state`) and is put back
+instead of a second ``on_train_begin``; the interrupted epoch's
+``on_epoch_begin`` is not delivered again (its effect, say a learning-rate
+change, is in the checkpoint); its running metrics are put back after
+Keras resets them (:mod:`~colab_resume.agent.metric_state`).
 """
 
 from __future__ import annotations
@@ -16,9 +24,11 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from colab_resume.agent import callback_state, metric_state
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
+from colab_resume.checkpoint.state import ModelAndExtras
 from colab_resume.data import (
     check_fingerprint,
     epoch_dataset,
@@ -46,9 +56,15 @@ class KerasFit:
         steps_per_epoch: int,
         callbacks: Sequence[Any] | None,
         verbose: Any,
+        validation_data: Any = None,
+        validation_steps: int | None = None,
+        validation_freq: int = 1,
+        class_weight: dict[int, float] | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         check_callable("build_model", build_model)
         check_callable("make_dataset", make_dataset)
+        _check_validation(validation_steps, validation_freq, class_weight)
         for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
@@ -58,7 +74,20 @@ class KerasFit:
         self.steps_per_epoch = steps_per_epoch
         self.user_callbacks = list(callbacks or [])
         self.verbose = verbose
+        self.validation_data = validation_data
+        self.fit_options: dict[str, Any] = {
+            "validation_steps": validation_steps,
+            "validation_freq": validation_freq,
+            "class_weight": class_weight,
+        }
+        self.warn = warn or (lambda message: log.warning("%s", message))
+        for warning in callback_state.check_callbacks(self.user_callbacks):
+            self.warn(warning)
         self.model: Any = None
+        self._state: Any = None  # what checkpoints hold; see `state`
+        self._slots: callback_state.ArraySlots | None = None
+        self.callback_states: list[Any] | None = None  # to put back, from a restore
+        self.metric_state: list[Any] | None = None
         self.history = _new_history()
         self.fingerprints: dict[str, str] = {}
         self.epoch = 0
@@ -91,11 +120,22 @@ class KerasFit:
                 "model.compile(optimizer=..., loss=...) inside build_model, so the "
                 "agent can rebuild it in a fresh strategy scope after a restart."
             )
+        if type(model).call is keras.Model.call and not model.built:
+            # A model that only overrides train_step (the keras-io GANs and
+            # VAEs) has nothing to build: Keras would try, under a strategy,
+            # and fail ("Unable to automatically build the model").
+            model.built = True
         self.model = model
+        self._state = None
 
     @property
     def state(self) -> Any:
-        return self.model
+        """The model, plus the callbacks' arrays where there are any."""
+        if self._state is None:
+            self._slots = callback_state.ArraySlots(self.user_callbacks, self.model)
+            extras = {"callbacks": self._slots.flat} if self._slots.flat else {}
+            self._state = ModelAndExtras(self.model, extras) if extras else self.model
+        return self._state
 
     def restored(self, info: RestoredInfo | None) -> int:
         """Take what the checkpoint carried; return the step to start from."""
@@ -105,12 +145,22 @@ class KerasFit:
         self.history = _new_history(saved.get("epoch"), saved.get("history"))
         self.fingerprints = dict(info.extras.get("fingerprints") or {})
         self.last_logs = dict(info.metrics or {})
+        self.callback_states = info.extras.get("callbacks")
+        self.metric_state = info.extras.get("metric_state")
         return info.step
 
     def snapshot(self) -> tuple[Any, int, dict[str, Any], dict[str, Any]]:
         history = {"epoch": list(self.history.epoch), "history": self.history.history}
-        extras = {"history": history, "fingerprints": self.fingerprints}
-        return self.model, self.epoch, scalars(self.last_logs), extras
+        state = self.state
+        if self._slots is not None:
+            self._slots.store()
+        extras = {
+            "history": history,
+            "fingerprints": self.fingerprints,
+            "callbacks": callback_state.capture(self.user_callbacks),
+            "metric_state": metric_state.capture(self.model),
+        }
+        return state, self.epoch, scalars(self.last_logs), extras
 
     def train(self, start_step: int, duties: StepDuties) -> None:
         """Train from ``start_step`` to the end (or until stopped)."""
@@ -129,6 +179,9 @@ class KerasFit:
                 skip=self.skip,
                 steps_per_epoch=self.steps_per_epoch,
             )
+            validation = self.validation_data
+            if callable(validation):
+                validation = validation(epoch)
             self.model.fit(
                 dataset,
                 initial_epoch=epoch,
@@ -136,6 +189,8 @@ class KerasFit:
                 steps_per_epoch=self.steps_per_epoch - self.skip,
                 callbacks=callbacks,
                 verbose=self.verbose,
+                validation_data=validation,
+                **self.fit_options,
             )
             if self.model.stop_training:
                 break
@@ -166,6 +221,45 @@ class KerasFit:
             )
 
     # --- called by the hook -----------------------------------------------------------
+
+    def begin_callbacks(self, users: Any, logs: Any) -> None:
+        """``on_train_begin`` for new callbacks; saved state for resumed ones.
+
+        Args:
+            users: the ``CallbackList`` of the user's callbacks (it must see
+                one ``on_train_begin`` per ``on_train_end``).
+            logs: passed on.
+        """
+        states, self.callback_states = self.callback_states, None
+        fresh = not self._started_callbacks
+        self._started_callbacks = True
+        resumed: set[int] = set()
+        if states is not None:
+            resumed, warnings = callback_state.apply(
+                self.user_callbacks, states, fresh=fresh
+            )
+            for warning in warnings:
+                self.warn(warning)
+            if self._slots is not None:
+                self._slots.load(states, self.user_callbacks)
+        if not fresh:
+            return  # an in-session recovery: the run began in this process
+        quiet = [self.user_callbacks[i] for i in resumed]
+        for callback in quiet:  # they began in an earlier process
+            callback.on_train_begin = _ignore
+        try:
+            users.on_train_begin(logs)
+        finally:
+            for callback in quiet:
+                del callback.on_train_begin
+
+    def resume_epoch(self) -> None:
+        """Put the interrupted epoch's running metrics back after Keras's reset."""
+        saved, self.metric_state = self.metric_state, None
+        if saved:
+            problem = metric_state.apply(self.model, saved)
+            if problem:
+                self.warn(problem)
 
     def record_epoch(self, epoch: int, logs: dict[str, Any] | None) -> None:
         self.history.epoch.append(epoch)
@@ -199,9 +293,7 @@ def _make_hook(driver: KerasFit, duties: StepDuties) -> Any:
             self.users.set_params(params)
 
         def on_train_begin(self, logs: Any = None) -> None:
-            if not driver._started_callbacks:
-                driver._started_callbacks = True
-                self.users.on_train_begin(logs)
+            driver.begin_callbacks(self.users, logs)
 
         def on_train_end(self, logs: Any = None) -> None:
             self.last_train_logs = logs  # delivered once, by finish()
@@ -210,7 +302,11 @@ def _make_hook(driver: KerasFit, duties: StepDuties) -> Any:
             self.users.on_train_end(getattr(self, "last_train_logs", None))
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.users.on_epoch_begin(epoch, logs)
+            if driver.skip:
+                # Resumed mid-epoch: this epoch began before the checkpoint.
+                driver.resume_epoch()
+            else:
+                self.users.on_epoch_begin(epoch, logs)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             step = (epoch + 1) * driver.steps_per_epoch
@@ -282,3 +378,29 @@ def _new_history(epochs: list[int] | None = None, values: dict | None = None) ->
     history.epoch = list(epochs or [])
     history.history = {k: list(v) for k, v in (values or {}).items()}
     return history
+
+
+def _ignore(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _check_validation(
+    validation_steps: Any, validation_freq: Any, class_weight: Any
+) -> None:
+    def positive_int(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+    if validation_steps is not None and not positive_int(validation_steps):
+        raise ValueError(
+            f"validation_steps must be an int >= 1 or None, got {validation_steps!r}."
+        )
+    if not positive_int(validation_freq):
+        raise ValueError(
+            f"validation_freq must be an int >= 1 (validate every N epochs), got "
+            f"{validation_freq!r}."
+        )
+    if class_weight is not None and not isinstance(class_weight, dict):
+        raise ValueError(
+            f"class_weight must be a dict of class index -> weight, got "
+            f"{type(class_weight).__name__}."
+        )

@@ -255,8 +255,13 @@ class CheckpointManager:
 
     def _training_state(self, state: StateLike) -> TrainingState:
         # Reuse across saves: rebuilding the tf.train.Checkpoint every time
-        # would also restart TF's async writer thread.
-        if self._state is None or self._state.source is not state:
+        # would also restart TF's async writer thread. Captured again only
+        # when the state grew variables (optimizer slots after a first step).
+        if (
+            self._state is None
+            or self._state.source is not state
+            or self._state.outdated()
+        ):
             self._state = TrainingState(state)
         return self._state
 

@@ -14,8 +14,9 @@ TensorFlow is imported lazily: importing the package must not pay for it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from colab_resume.checkpoint.errors import StructureMismatchError
@@ -27,7 +28,21 @@ log = logging.getLogger(__name__)
 # only affect the running averages shown mid-epoch, not training.
 OPTIONAL_GROUPS = frozenset({"metrics"})
 
-StateLike = Any  # a keras.Model, or a mapping of name -> trackable
+StateLike = Any  # a keras.Model, ModelAndExtras, or a mapping of name -> trackable
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelAndExtras:
+    """A model plus extra groups of variables saved with it.
+
+    Attributes:
+        model: the ``keras.Model`` (saved as for a bare model).
+        extras: group name -> list of variables, e.g. the agent's copies of
+            callbacks' arrays.
+    """
+
+    model: Any
+    extras: Mapping[str, list[Any]]
 
 
 def _variable_list(obj: Any) -> list[Any] | None:
@@ -66,32 +81,124 @@ def _describe(variable: Any) -> list[Any]:
     return [str(name), [int(d) for d in variable.shape], str(variable.dtype)]
 
 
-def _build_optimizer(optimizer: Any, models: list[Any]) -> None:
+def _build_optimizer(
+    optimizer: Any, models: list[Any], variables: list[Any] | None = None
+) -> None:
     """Create the optimizer's slot variables so they can be saved or restored.
 
     Keras builds them lazily on the first step; a fresh optimizer about to be
     restored has none, and a checkpoint with slots would not fit it.
+
+    Args:
+        optimizer: built on ``variables`` if given, else on the trainable
+            variables of ``models``.
     """
     if getattr(optimizer, "built", True) or not models:
         return
+    if variables is None:
+        variables = [v for model in models for v in model.trainable_variables]
+    with _strategy_of(models[0]).scope():
+        optimizer.build(variables)
+
+
+def _strategy_of(model: Any) -> Any:
     import tensorflow as tf
 
-    trainable = [v for model in models for v in model.trainable_variables]
-    strategy = (
-        getattr(models[0], "distribute_strategy", None) or tf.distribute.get_strategy()
-    )
-    with strategy.scope():
-        optimizer.build(trainable)
+    return getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+
+
+def _descriptions(optimizer: Any) -> list[Any]:
+    return [_describe(v) for v in optimizer.variables]
+
+
+def _model_of(state: StateLike) -> Any:
+    return state.model if isinstance(state, ModelAndExtras) else state
+
+
+def _candidate_variable_lists(model: Any) -> Iterator[list[Any]]:
+    """Trainable variables of every layer reachable from ``model``, itself first."""
+    import keras
+
+    if not isinstance(model, keras.Layer):
+        return
+    seen: set[int] = set()
+    pending = [model]
+    while pending:
+        layer = pending.pop(0)
+        if id(layer) in seen:
+            continue
+        seen.add(id(layer))
+        if layer.trainable_variables:
+            yield list(layer.trainable_variables)
+        pending.extend(v for _, v in _attributes(layer) if isinstance(v, keras.Layer))
+
+
+def _attributes(obj: Any) -> Iterator[tuple[str, Any]]:
+    """``obj``'s attributes, with the items of lists, tuples and dicts."""
+    for name, value in vars(obj).items():
+        if isinstance(value, (list, tuple)):
+            yield from ((f"{name}_{i}", v) for i, v in enumerate(value))
+        elif isinstance(value, dict):
+            yield from ((f"{name}_{k}", v) for k, v in value.items())
+        else:
+            yield name, value
+
+
+def _untracked(model: Any) -> tuple[dict[str, Any], list[Any]]:
+    """What ``model.variables`` misses but training changes.
+
+    Walks the model's layers (tracked by Keras or not) for optimizers kept as
+    attributes (a GAN's ``d_optimizer``), ``tf.random.Generator`` states and
+    ``SeedGenerator`` states Keras does not track.
+
+    Returns:
+        Attribute optimizers by attribute name, and the stray RNG variables.
+    """
+    import keras
+    import tensorflow as tf
+
+    known = {id(v) for v in model.variables}
+    optimizers: dict[str, Any] = {}
+    rng: list[Any] = []
+    seen: set[int] = set()
+
+    def walk(layer: Any) -> None:
+        if id(layer) in seen:
+            return
+        seen.add(id(layer))
+        for name, value in _attributes(layer):
+            if isinstance(value, keras.Layer):
+                walk(value)
+            elif isinstance(value, keras.optimizers.Optimizer):
+                if value is not model.optimizer and layer is model:
+                    optimizers.setdefault(name, value)
+            elif isinstance(value, tf.random.Generator):
+                if id(value.state) not in known:
+                    known.add(id(value.state))
+                    rng.append(value.state)
+            elif isinstance(value, keras.random.SeedGenerator):
+                if id(value.state) not in known:
+                    known.add(id(value.state))
+                    rng.append(value.state)
+
+    walk(model)
+    return optimizers, rng
 
 
 def expand(state: StateLike) -> dict[str, Any]:
     """Turn a keras Model or a mapping into named groups.
 
     A Model becomes ``model``, ``optimizer`` (its compiled optimizer, built if
-    needed) and ``metrics`` (the compiled metrics' state, where present).
+    needed), ``metrics`` (the compiled metrics' state, where present), one
+    ``optimizer_<attribute>`` group per optimizer the model keeps as an
+    attribute, and ``rng`` for random-generator states Keras does not track.
     """
     import keras
 
+    if isinstance(state, ModelAndExtras):
+        groups = expand(state.model)
+        groups.update(state.extras)
+        return groups
     if isinstance(state, keras.Model):
         groups: dict[str, Any] = {"model": state}
         optimizer = getattr(state, "optimizer", None)
@@ -101,6 +208,11 @@ def expand(state: StateLike) -> dict[str, Any]:
         metric_vars = [v for metric in state.metrics for v in metric.variables]
         if metric_vars:
             groups["metrics"] = metric_vars
+        optimizers, rng = _untracked(state)
+        for name, attribute_optimizer in optimizers.items():
+            groups[f"optimizer_{name}"] = attribute_optimizer
+        if rng:
+            groups["rng"] = rng
         return groups
     if isinstance(state, Mapping):
         if not state:
@@ -132,9 +244,13 @@ class TrainingState:
     """
 
     def __init__(self, state: StateLike) -> None:
+        self.source = state
+        self._setup()
+
+    def _setup(self) -> None:
         import tensorflow as tf
 
-        self.source = state
+        state = self.source
         self._groups: dict[str, Any] = {}
         self.structure: dict[str, Any] = {}
         children: dict[str, Any] = {}
@@ -154,6 +270,60 @@ class TrainingState:
         # One Checkpoint object for the life of this state: TF's async
         # checkpointing keeps its writer thread on it.
         self.checkpoint = tf.train.Checkpoint(**children)
+
+    def outdated(self) -> bool:
+        """True once the state has variables this object does not list.
+
+        Optimizers build their slots on their first step and Keras builds
+        compile metrics lazily: a state captured before training must be
+        captured again before it is saved.
+        """
+        groups = expand(self.source)
+        if set(groups) != set(self._groups):
+            return True
+        for group, obj in groups.items():
+            variables = _variable_list(obj)
+            mine = self._groups[group]
+            if variables is not None and len(variables) != len(mine):
+                return True
+        return False
+
+    def _build_pending_optimizers(self, saved: dict[str, Any]) -> None:
+        """Build slot-less attribute optimizers the way the checkpoint's were.
+
+        A GAN's ``d_optimizer`` is built on its first step, on variables only
+        its ``train_step`` knows. So every layer's trainable variables are
+        tried on a throwaway copy, and the real optimizer is built on the
+        first candidate whose variables match the checkpoint's shapes.
+        """
+        import keras
+
+        changed = False
+        for group, obj in list(self._groups.items()):
+            if not isinstance(obj, list) or not group.startswith("optimizer_"):
+                continue
+            optimizer = expand(self.source).get(group)
+            theirs = saved.get(group)
+            if (
+                not isinstance(optimizer, keras.optimizers.Optimizer)
+                or getattr(optimizer, "built", True)
+                or not isinstance(theirs, list)
+                or len(theirs) <= len(obj)
+            ):
+                continue
+            model = _model_of(self.source)
+            for candidate in _candidate_variable_lists(model):
+                with _strategy_of(model).scope():
+                    probe = keras.optimizers.deserialize(
+                        keras.optimizers.serialize(optimizer)
+                    )
+                    probe.build(candidate)
+                if describe_difference(group, theirs, _descriptions(probe)) is None:
+                    _build_optimizer(optimizer, [model], candidate)
+                    changed = True
+                    break
+        if changed:
+            self._setup()
 
     @property
     def nbytes(self) -> int:
@@ -191,6 +361,7 @@ class TrainingState:
         """
         import tensorflow as tf
 
+        self._build_pending_optimizers(saved)
         skipped: list[str] = []
         problems: list[str] = []
         for group in sorted(set(self.structure) | set(saved)):

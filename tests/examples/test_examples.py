@@ -1,0 +1,85 @@
+"""Code shaped like the public Keras examples resumes exactly after a real SIGKILL.
+
+For each workload of ``workloads.py``: one uninterrupted run, then a run
+SIGKILLed at a random step between two checkpoints and the same command run
+again. Everything the user can see must be bitwise that of the uninterrupted
+run: every model variable and every optimizer's state (a GAN's two
+included), the History of every epoch (the interrupted one too), the
+callbacks' files (CSV log, best-weights file), the sequence of callback
+calls, and when EarlyStopping stopped. ``EXAMPLES_SEED`` fixes the kill steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+WORKER = os.path.join(os.path.dirname(__file__), "worker.py")
+SAVE_EVERY = 5
+SEED = int(os.environ.get("EXAMPLES_SEED", random.randrange(1 << 30)))
+
+
+def work(
+    workload: str, run_dir: str, out_dir: str, *args: str, expect_rc: int = 0
+) -> subprocess.CompletedProcess:
+    argv = [sys.executable, WORKER, workload, run_dir, out_dir, *args]
+    argv += ["--save-every-steps", str(SAVE_EVERY)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == expect_rc, result.stdout + result.stderr[-4000:]
+    return result
+
+
+def outcome(out_dir: str) -> tuple[dict, dict[str, np.ndarray]]:
+    with open(os.path.join(out_dir, "result.json")) as handle:
+        result = json.load(handle)
+    weights = np.load(os.path.join(out_dir, "weights.npz"))
+    return result, {k: weights[k] for k in weights.files}
+
+
+def kill_step(total: int, rng: random.Random) -> int:
+    """A step strictly between two checkpoints, after the second one.
+
+    (Saving the second waits for the first's upload, so a checkpoint is
+    surely committed when the kill lands.)
+    """
+    choices = [s for s in range(2 * SAVE_EVERY + 1, total) if s % SAVE_EVERY]
+    return rng.choice(choices)
+
+
+@pytest.mark.parametrize("workload", ["convnet", "gan", "vae", "mixed_precision"])
+def test_killed_at_a_random_step_resumes_bitwise(workload, tmp_path):
+    reference_dir = str(tmp_path / "reference")
+    work(workload, str(tmp_path / "reference-run"), reference_dir)
+    expected, expected_weights = outcome(reference_dir)
+    total = expected["steps_here"]
+
+    rng = random.Random(f"{SEED}-{workload}")
+    step = kill_step(total, rng)
+    where = f"({workload}, EXAMPLES_SEED={SEED}: killed at step {step} of {total})"
+    run_dir, out_dir = str(tmp_path / "run"), str(tmp_path / "out")
+    killed = work(workload, run_dir, out_dir, "--kill-at-step", str(step), expect_rc=-9)
+    assert f"KILLING at step {step}" in killed.stdout, where
+    work(workload, run_dir, out_dir)
+    actual, actual_weights = outcome(out_dir)
+
+    # The kill landed during training, after a checkpoint: a real resume.
+    assert 0 < actual["restored_step"] < step, where
+    assert actual["steps_here"] == total - actual["restored_step"], where
+    assert sorted(actual_weights) == sorted(expected_weights)
+    assert any(k.startswith("optimizer") for k in expected_weights)
+    different = [
+        k
+        for k in expected_weights
+        if not np.array_equal(expected_weights[k], actual_weights[k])
+    ]
+    assert not different, f"{where} variables differ: {different}"
+    assert actual["history"] == expected["history"], where
+    assert actual["files"] == expected["files"], where
+    assert actual["calls"] == expected["calls"], where
+    assert actual["warnings"] == expected["warnings"] == [], where
