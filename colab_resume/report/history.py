@@ -20,8 +20,9 @@ on a background thread — never per step, never blocking training. A
 session that dies loses at most its last unwritten chunk: the report then
 shows that session ending at its last chunk.
 
-Chunks read back are untrusted: size capped by :meth:`Storage.read_json`,
-every field type-checked, damaged chunks reported and skipped.
+Chunks read back are untrusted: size, depth and numbers bounded by
+:meth:`Storage.read_json` (:mod:`colab_resume.storage.records`), every
+field type-checked, damaged chunks reported and skipped.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import Event, EventLog
 from colab_resume.storage import Storage
+from colab_resume.storage.records import is_number
 
 log = logging.getLogger(__name__)
 
@@ -334,14 +336,6 @@ def parse_chunk(data: dict[str, Any], lease: int, where: str, into: RunHistory) 
         into.sessions[lease] = session_id[:64]
 
 
-def _number(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )
-
-
 def _parse_point(raw: Any, lease: int, where: str) -> Point:
     if (
         not isinstance(raw, list)
@@ -349,14 +343,14 @@ def _parse_point(raw: Any, lease: int, where: str) -> Point:
         or not isinstance(raw[0], int)
         or isinstance(raw[0], bool)
         or raw[0] < 0
-        or not _number(raw[1])
+        or not is_number(raw[1])
         or not isinstance(raw[2], dict)
         or len(raw[2]) > MAX_METRICS_PER_POINT
     ):
         raise CorruptRecordError(f"{where}: a point is not [step, time, {{metrics}}].")
     metrics = {}
     for key, value in raw[2].items():
-        if not isinstance(key, str) or not _number(value):
+        if not isinstance(key, str) or not is_number(value):
             raise CorruptRecordError(f"{where}: metric {key!r} is not a number.")
         metrics[key[:64]] = float(value)
     return Point(raw[0], float(raw[1]), metrics, lease)
@@ -367,7 +361,7 @@ def _parse_event(raw: Any, lease: int, where: str) -> RecordedEvent:
         raise CorruptRecordError(f"{where}: an event is not an object.")
     step = raw.get("step")
     fields_ok = (
-        _number(raw.get("time"))
+        is_number(raw.get("time"))
         and isinstance(raw.get("kind"), str)
         and raw.get("level") in ("info", "warning", "error")
         and isinstance(raw.get("message"), str)
