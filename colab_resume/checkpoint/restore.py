@@ -58,6 +58,18 @@ class RestoredInfo:
     skipped_groups: tuple[str, ...] = ()
 
 
+# Variables are what TrainingState.nbytes counts; opaque state (iterators,
+# RNGs) and optimizer slots not yet built come on top. A manifest listing
+# more than this was not written for the state being restored.
+STATE_SIZE_FACTOR = 4
+SIZE_SLACK_BYTES = 1 << 30
+
+
+def size_bound(state_bytes: int) -> int:
+    """Most bytes a checkpoint of a state of ``state_bytes`` may list."""
+    return STATE_SIZE_FACTOR * state_bytes + SIZE_SLACK_BYTES
+
+
 class Damaged(Exception):
     """This checkpoint cannot be used; the message says why."""
 
@@ -111,6 +123,7 @@ def restore_latest(
     scratch_dir: str | None,
     workers: int,
     progress_seconds: float,
+    max_bytes: int | None = None,
 ) -> RestoredInfo | None:
     """Restore the newest usable committed checkpoint.
 
@@ -123,6 +136,8 @@ def restore_latest(
         scratch_dir: parent of the temporary download directory.
         workers: parallel downloads.
         progress_seconds: quiet period before progress events.
+        max_bytes: a checkpoint listing more is damaged, never downloaded
+            (see :func:`size_bound`).
 
     Returns:
         What was restored, or None when there are no checkpoints at all.
@@ -138,6 +153,11 @@ def restore_latest(
         try:
             manifest = _read_manifest(storage, entry)
             check_listing(manifest, entry)
+            if max_bytes is not None and manifest.total_bytes > max_bytes:
+                raise Damaged(
+                    f"{MANIFEST} lists {manifest.total_bytes} bytes, more than "
+                    f"the {max_bytes} a checkpoint of this state can hold"
+                )
             groups = _download_and_read(
                 storage,
                 entry,
