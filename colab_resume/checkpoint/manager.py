@@ -412,7 +412,7 @@ class CheckpointManager:
             scratch_dir=self._staging_root,
             workers=self.config.workers,
             progress_seconds=self.config.progress_seconds,
-            max_bytes=size_bound(training_state.nbytes),
+            max_bytes=size_bound(training_state.structure),
         )
         if info is not None:
             self.last_committed = info.name

@@ -65,9 +65,26 @@ STATE_SIZE_FACTOR = 4
 SIZE_SLACK_BYTES = 1 << 30
 
 
-def size_bound(state_bytes: int) -> int:
-    """Most bytes a checkpoint of a state of ``state_bytes`` may list."""
-    return STATE_SIZE_FACTOR * state_bytes + SIZE_SLACK_BYTES
+def size_bound(structure: dict[str, Any]) -> int:
+    """Most bytes a checkpoint of the live state ``structure`` may list.
+
+    Args:
+        structure: ``TrainingState.structure``: ``{group: [[name, shape,
+            dtype], ...]}``, or a string for an opaque trackable.
+    """
+    import numpy as np
+
+    total = 0
+    for variables in structure.values():
+        for _, shape, dtype in variables if isinstance(variables, list) else ():
+            try:
+                itemsize = np.dtype(
+                    dtype.removeprefix("<dtype: '").rstrip("'>")
+                ).itemsize
+            except TypeError:
+                itemsize = 8  # a dtype numpy does not name (bfloat16...)
+            total += int(np.prod(shape, dtype=np.int64)) * itemsize
+    return STATE_SIZE_FACTOR * total + SIZE_SLACK_BYTES
 
 
 class Damaged(Exception):
