@@ -41,7 +41,7 @@ from typing import Any
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import Event, EventLog
 from colab_resume.storage import Storage
-from colab_resume.storage.records import is_number
+from colab_resume.storage.records import MAX_RECORD_BYTES, decode, is_number
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,11 @@ MAX_EVENTS_PER_CHUNK = 500
 MAX_METRICS_PER_POINT = 16
 MAX_MESSAGE_CHARS = 300
 MAX_CHUNKS_READ = 5_000
+# Points a reader keeps in memory, all chunks together (each chunk may
+# hold 5,000, parsed at ~1 KB a point): old chunks are thinned to an even
+# share of this, the newest ones keep full resolution.
+MAX_POINTS_KEPT = 20_000
+FULL_RESOLUTION_CHUNKS = 2
 # Too chatty to keep: progress of one upload, the countdown's repeats.
 QUIET_KINDS = ("checkpoint.upload.progress",)
 
@@ -264,7 +269,13 @@ def read_history(storage: Storage, *, workers: int = 16) -> RunHistory:
 
 
 class HistoryReader:
-    """Reads a run's history; each :meth:`read` fetches only new chunks."""
+    """Reads a run's history; each :meth:`read` fetches only new chunks.
+
+    Memory stays bounded however many chunks the run has: chunks are
+    fetched ``workers`` at a time and parsed one at a time, and all but the
+    newest :data:`FULL_RESOLUTION_CHUNKS` keep an even share of
+    :data:`MAX_POINTS_KEPT` points (thinned again as chunks arrive).
+    """
 
     def __init__(self, storage: Storage, *, workers: int = 16) -> None:
         self.storage = storage
@@ -285,13 +296,23 @@ class HistoryReader:
                 f"{len(names)} history chunks; reading the newest {MAX_CHUNKS_READ}"
             )
             names = names[-MAX_CHUNKS_READ:]
+        share = max(2, MAX_POINTS_KEPT // len(names)) if names else 0
+        recent = {path for _, path in names[-FULL_RESOLUTION_CHUNKS:]}
         new = [(lease, path) for (lease, _), path in names if path not in self._chunks]
-        if new:
-            with ThreadPoolExecutor(max(1, min(self.workers, len(new)))) as pool:
-                for path, chunk in pool.map(self._load, new):
+        workers = max(1, min(self.workers, len(new)))
+        with ThreadPoolExecutor(workers) as pool:
+            for start in range(0, len(new), workers):
+                batch = new[start : start + workers]
+                fetched = pool.map(self._fetch, batch)
+                for (lease, path), data in zip(batch, fetched, strict=True):
+                    chunk = self._parse(lease, path, data)
+                    if path not in recent:  # thin at once: old chunks stay small
+                        chunk.points = _thin(chunk.points, share)
                     self._chunks[path] = chunk
         for _, path in names:
             chunk = self._chunks[path]
+            if path not in recent:
+                chunk.points = _thin(chunk.points, share)
             history.points.extend(chunk.points)
             history.events.extend(chunk.events)
             history.sessions.update(chunk.sessions)
@@ -300,15 +321,30 @@ class HistoryReader:
         history.events.sort(key=lambda e: e.time)
         return history
 
-    def _load(self, item: tuple[int, str]) -> tuple[str, RunHistory]:
-        lease, path = item
+    def _fetch(self, item: tuple[int, str]) -> bytes | Exception:
+        try:
+            return self.storage.read_bytes(item[1], max_bytes=MAX_RECORD_BYTES)
+        except (CorruptRecordError, FileNotFoundError) as exc:
+            return exc
+
+    def _parse(self, lease: int, path: str, data: bytes | Exception) -> RunHistory:
         chunk = RunHistory()
         try:
-            data = self.storage.read_json(path)
-            parse_chunk(data, lease, f"{self.storage.url}/{path}", chunk)
+            if isinstance(data, Exception):
+                raise data
+            where = f"{self.storage.url}/{path}"
+            parse_chunk(decode(data, where), lease, where, chunk)
         except (CorruptRecordError, FileNotFoundError) as exc:
             chunk.problems.append(f"{path}: {exc}")
-        return path, chunk
+        return chunk
+
+
+def _thin(points: list[Point], keep: int) -> list[Point]:
+    """``keep`` evenly spaced points of ``points``, the last one included."""
+    if len(points) <= keep:
+        return points
+    stride = len(points) / keep
+    return [points[len(points) - 1 - int(i * stride)] for i in range(keep)][::-1]
 
 
 def parse_chunk(data: dict[str, Any], lease: int, where: str, into: RunHistory) -> None:
