@@ -24,7 +24,10 @@ HEARTBEAT_DIR = "heartbeat"
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = "MANIFEST.json"
 
-_LEASE_RE = re.compile(r"^(\d{8})\.json$")
+# Lease numbers are written with 8 digits; any width is read, so a hostile
+# or mistyped name is seen (and refused) rather than silently skipped.
+MAX_LEASE = 99_999_999
+_LEASE_RE = re.compile(r"^(\d+)\.json$")
 _CHECKPOINT_RE = re.compile(r"^step-(\d{9})\.e(\d{8})$")
 
 
@@ -37,9 +40,14 @@ def heartbeat_path(lease: int) -> str:
 
 
 def parse_lease_name(name: str) -> int | None:
-    """Lease number of ``00000007.json`` (a bare file name), else None."""
+    """Lease number of ``00000007.json`` (a bare file name, any width), else None."""
     match = _LEASE_RE.match(name)
-    return int(match.group(1)) if match else None
+    if not match:
+        return None
+    digits = match.group(1)
+    # Past 18 digits the number only matters as "absurd"; int() of a long
+    # enough string would itself fail.
+    return int(digits) if len(digits) <= 18 else 10**18
 
 
 @dataclasses.dataclass(frozen=True, order=True)

@@ -34,7 +34,7 @@ from typing import Any
 from colab_resume.checkpoint import catalog, retention, transfer
 from colab_resume.checkpoint.manifest import FileEntry, Manifest, crc32c_file
 from colab_resume.checkpoint.progress import TransferProgress
-from colab_resume.checkpoint.restore import RestoredInfo, restore_latest
+from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_bound
 from colab_resume.checkpoint.state import StateLike, TrainingState
 from colab_resume.checkpoint.uploader import Uploader
 from colab_resume.errors import FencedError
@@ -417,6 +417,7 @@ class CheckpointManager:
             scratch_dir=self._staging_root,
             workers=self.config.workers,
             progress_seconds=self.config.progress_seconds,
+            max_bytes=size_bound(training_state.structure),
         )
         if info is not None:
             self.last_committed = info.name

@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from colab_resume.errors import CorruptRecordError
+from colab_resume.storage.records import short
 
 FORMAT = "colab_resume.checkpoint/1"
 _CHUNK = 1 << 20
@@ -62,10 +63,7 @@ class FileEntry:
     crc32c: str
 
     def __post_init__(self) -> None:
-        if not self.name or "/" in self.name or self.name.startswith("."):
-            raise ValueError(
-                f"FileEntry.name must be a plain file name, got {self.name!r}."
-            )
+        _check_plain_name("FileEntry.name", self.name)
         if not isinstance(self.size, int) or self.size < 0:
             raise ValueError(f"FileEntry.size must be an int >= 0, got {self.size!r}.")
         if not isinstance(self.crc32c, str) or len(self.crc32c) != 8:
@@ -90,7 +88,8 @@ class Manifest:
         structure: variable groups, ``{group: [[name, shape, dtype], ...]}``
             plus ``{group: "object:<type>"}`` for opaque trackables.
         metrics: JSON-able metrics at the save.
-        extras: JSON-able user values.
+        extras: JSON-able user values; ``fingerprints`` and ``history`` are
+            the agent's own and must have the types it reads back.
     """
 
     step: int
@@ -119,6 +118,21 @@ class Manifest:
         names = [entry.name for entry in self.files]
         if len(set(names)) != len(names):
             raise ValueError(f"Manifest.files lists a name twice: {sorted(names)}.")
+        # The prefix is joined to the download directory and handed to
+        # TensorFlow: an absolute path or '..' would read any checkpoint on
+        # the local disk instead of the files just verified.
+        _check_plain_name("Manifest.prefix", self.prefix)
+        if f"{self.prefix}.index" not in names:
+            raise ValueError(
+                f"Manifest.prefix {self.prefix!r} names no listed file: "
+                f"{self.prefix}.index is not among {sorted(names)}."
+            )
+        strays = [n for n in names if not n.startswith(f"{self.prefix}.")]
+        if strays:
+            raise ValueError(
+                f"Manifest.files lists files outside the prefix {self.prefix!r}: "
+                f"{sorted(strays)}."
+            )
         for name in ("structure", "metrics", "extras"):
             value = getattr(self, name)
             if not isinstance(value, dict):
@@ -133,6 +147,7 @@ class Manifest:
                     f"numbers, strings, lists and dicts, or save the value as a "
                     f"trackable instead."
                 ) from None
+        _check_agent_extras(self.extras)
 
     @property
     def total_bytes(self) -> int:
@@ -176,3 +191,56 @@ class Manifest:
                 f"{where} is not a valid checkpoint manifest ({type(exc).__name__}: "
                 f"{exc}); the checkpoint is treated as damaged."
             ) from None
+
+
+def _check_plain_name(field: str, name: Any) -> None:
+    if (
+        not isinstance(name, str)
+        or not name
+        or name.startswith(".")
+        or any(c in name for c in "/\\\0")
+    ):
+        raise ValueError(f"{field} must be a plain file name, got {name!r}.")
+
+
+def _check_agent_extras(extras: dict[str, Any]) -> None:
+    """The extras the agent itself reads back must have the agent's types.
+
+    A manifest that is valid JSON but carries, say, a list where the
+    agent expects its dict of epoch fingerprints would restore and then
+    fail training; caught here, it is damage and restore falls back.
+    """
+    fingerprints = extras.get("fingerprints", {})
+    if not (
+        isinstance(fingerprints, dict)
+        and all(
+            isinstance(k, str) and k.isdigit() and isinstance(v, str)
+            for k, v in fingerprints.items()
+        )
+    ):
+        raise ValueError(
+            "Manifest.extras['fingerprints'] must map epoch numbers (strings) "
+            f"to strings, got {short(fingerprints)}."
+        )
+    history = extras.get("history", {})
+    epochs = history.get("epoch", []) if isinstance(history, dict) else None
+    curves = history.get("history", {}) if isinstance(history, dict) else None
+    if not (
+        isinstance(epochs, list)
+        and all(isinstance(e, int) and not isinstance(e, bool) for e in epochs)
+        and isinstance(curves, dict)
+        and all(
+            isinstance(k, str) and isinstance(v, list) and all(map(_is_scalar, v))
+            for k, v in curves.items()
+        )
+    ):
+        raise ValueError(
+            "Manifest.extras['history'] must be {'epoch': [int, ...], "
+            f"'history': {{name: [number, ...]}}}}, got {short(history)}."
+        )
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or (
+        isinstance(value, (int, float)) and not isinstance(value, bool)
+    )

@@ -58,6 +58,35 @@ class RestoredInfo:
     skipped_groups: tuple[str, ...] = ()
 
 
+# Variables are what TrainingState.nbytes counts; opaque state (iterators,
+# RNGs) and optimizer slots not yet built come on top. A manifest listing
+# more than this was not written for the state being restored.
+STATE_SIZE_FACTOR = 4
+SIZE_SLACK_BYTES = 1 << 30
+
+
+def size_bound(structure: dict[str, Any]) -> int:
+    """Most bytes a checkpoint of the live state ``structure`` may list.
+
+    Args:
+        structure: ``TrainingState.structure``: ``{group: [[name, shape,
+            dtype], ...]}``, or a string for an opaque trackable.
+    """
+    import numpy as np
+
+    total = 0
+    for variables in structure.values():
+        for _, shape, dtype in variables if isinstance(variables, list) else ():
+            try:
+                itemsize = np.dtype(
+                    dtype.removeprefix("<dtype: '").rstrip("'>")
+                ).itemsize
+            except TypeError:
+                itemsize = 8  # a dtype numpy does not name (bfloat16...)
+            total += int(np.prod(shape, dtype=np.int64)) * itemsize
+    return STATE_SIZE_FACTOR * total + SIZE_SLACK_BYTES
+
+
 class Damaged(Exception):
     """This checkpoint cannot be used; the message says why."""
 
@@ -111,6 +140,7 @@ def restore_latest(
     scratch_dir: str | None,
     workers: int,
     progress_seconds: float,
+    max_bytes: int | None = None,
 ) -> RestoredInfo | None:
     """Restore the newest usable committed checkpoint.
 
@@ -123,6 +153,8 @@ def restore_latest(
         scratch_dir: parent of the temporary download directory.
         workers: parallel downloads.
         progress_seconds: quiet period before progress events.
+        max_bytes: a checkpoint listing more is damaged, never downloaded
+            (see :func:`size_bound`).
 
     Returns:
         What was restored, or None when there are no checkpoints at all.
@@ -138,6 +170,11 @@ def restore_latest(
         try:
             manifest = _read_manifest(storage, entry)
             check_listing(manifest, entry)
+            if max_bytes is not None and manifest.total_bytes > max_bytes:
+                raise Damaged(
+                    f"{MANIFEST} lists {manifest.total_bytes} bytes, more than "
+                    f"the {max_bytes} a checkpoint of this state can hold"
+                )
             groups = _download_and_read(
                 storage,
                 entry,

@@ -40,7 +40,7 @@ def _open(args: argparse.Namespace):  # -> Storage; imported lazily for speed
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from colab_resume.cli.watch import one_line
+    from colab_resume.cli.watch import one_line, printable
     from colab_resume.heartbeat.liveness import read_status
 
     status = read_status(_open(args), dead_after=args.dead_after)
@@ -50,9 +50,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{status.run_dir}\n  {one_line(status)}")
         if status.session_id:
             print(
-                f"  holder: session {status.session_id} on {status.host}, "
-                f"accelerator {status.accelerator or '-'}, "
-                f"dead after {status.dead_after_s:.0f}s of silence"
+                printable(
+                    f"  holder: session {status.session_id} on {status.host}, "
+                    f"accelerator {status.accelerator or '-'}, "
+                    f"dead after {status.dead_after_s:.0f}s of silence"
+                )
             )
     return 0
 
@@ -72,9 +74,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     from colab_resume.cli.listing import collect, render
+    from colab_resume.cli.watch import printable
 
     listing = collect(_open(args))
-    print(json.dumps(listing, indent=1) if args.json else render(listing))
+    print(json.dumps(listing, indent=1) if args.json else printable(render(listing)))
     return 0
 
 
@@ -183,7 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except ColabResumeError as exc:
-        print(f"colab-resume: {exc}", file=sys.stderr)
+        from colab_resume.cli.watch import printable
+
+        print(f"colab-resume: {printable(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

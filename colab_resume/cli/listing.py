@@ -20,7 +20,8 @@ def collect(storage: Storage) -> dict[str, Any]:
     objects = storage.list()
     out: dict[str, Any] = {"run_dir": storage.url, "run": None, "leases": []}
     try:
-        run = parse(RunRecord, storage.read_json(rundir.RUN_RECORD), rundir.RUN_RECORD)
+        where = f"{storage.url}/{rundir.RUN_RECORD}"
+        run = parse(RunRecord, storage.read_json(rundir.RUN_RECORD), where)
         out["run"] = dataclasses.asdict(run)
     except FileNotFoundError:
         pass
@@ -32,20 +33,21 @@ def collect(storage: Storage) -> dict[str, Any]:
     for number, info in list_leases(storage):
         entry: dict[str, Any] = {"lease": number, "created": info.updated}
         try:
-            entry.update(dataclasses.asdict(read_lease(storage, number)))
-        except CorruptRecordError as exc:
+            entry.update(dataclasses.asdict(read_lease(storage, number, info.path)))
+        except (CorruptRecordError, FileNotFoundError) as exc:
             entry["error"] = str(exc)
         beat_path = rundir.heartbeat_path(number)
         if beat_path in beats:
             entry["heartbeat_updated"] = beats[beat_path].updated
             try:
-                beat = parse(BeatRecord, storage.read_json(beat_path), beat_path)
+                where = f"{storage.url}/{beat_path}"
+                beat = parse(BeatRecord, storage.read_json(beat_path), where)
                 entry["heartbeat"] = {
                     "beat": beat.beat,
                     "state": beat.state,
                     "step": beat.step,
                 }
-            except CorruptRecordError as exc:
+            except (CorruptRecordError, FileNotFoundError) as exc:
                 entry["heartbeat"] = {"error": str(exc)}
         out["leases"].append(entry)
     out["checkpoints"] = [

@@ -11,6 +11,7 @@ inject shell syntax.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -24,6 +25,17 @@ from colab_resume.heartbeat.liveness import RunStatus
 from colab_resume.storage import Storage
 
 EXIT_CODES = {liveness.COMPLETED: 0, liveness.DEAD: 3, liveness.FAILED: 4}
+# One environment value; Linux refuses a single one over 128 KiB
+# ("argument list too long"), and a heartbeat may carry any text.
+MAX_ENV_VALUE_CHARS = 4_096
+# C0 and C1 control characters, but not newline: printed raw, text from a
+# run directory could move the cursor, retitle or clear the terminal.
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\x1b``), safe for a terminal."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def one_line(status: RunStatus) -> str:
@@ -31,7 +43,7 @@ def one_line(status: RunStatus) -> str:
         return "-" if value is None else str(value)
 
     age = "-" if status.heartbeat_age_s is None else f"{status.heartbeat_age_s:.0f}s"
-    return (
+    return printable(
         f"{status.state:<9} step {show(status.step)}"
         f"  ckpt {show(status.checkpoint_step)}"
         f"  beat {age} ago  lease {status.lease}  {status.detail}"
@@ -39,10 +51,16 @@ def one_line(status: RunStatus) -> str:
 
 
 def alert_environment(status: RunStatus) -> dict[str, str]:
-    """The run's facts as ``COLAB_RESUME_*`` variables for the alert command."""
+    """The run's facts as ``COLAB_RESUME_*`` variables for the alert command.
+
+    Values come from the run directory: NUL (which no environment can
+    hold) is dropped and each value cut to :data:`MAX_ENV_VALUE_CHARS`, so
+    the alert runs whatever a heartbeat says.
+    """
     env = dict(os.environ)
     for key, value in status.to_json().items():
-        env[f"COLAB_RESUME_{key.upper()}"] = "" if value is None else str(value)
+        text = "" if value is None else str(value).replace("\0", "")
+        env[f"COLAB_RESUME_{key.upper()}"] = text[:MAX_ENV_VALUE_CHARS]
     return env
 
 

@@ -14,15 +14,36 @@ from colab_resume.errors import CorruptRecordError, LeaseRaceError
 from colab_resume.heartbeat.records import LeaseRecord, parse, to_json
 from colab_resume.storage import ObjectInfo, Storage
 
+# Leases count up from 1, one per session; a number this far above the
+# count of leases was not made by a session.
+MAX_LEASE_GAP = 1_000
+
 
 def list_leases(storage: Storage) -> list[tuple[int, ObjectInfo]]:
-    """Every lease object, ascending by number."""
+    """Every lease object, ascending by number.
+
+    Raises:
+        CorruptRecordError: a lease number no session makes: above
+            :data:`~colab_resume.rundir.MAX_LEASE` (8 digits), or more than
+            :data:`MAX_LEASE_GAP` above the number of leases. Taking the
+            next number would give a lease whose checkpoints nobody sees.
+    """
     found = []
     for info in storage.list(rundir.LEASE_DIR + "/"):
         number = rundir.parse_lease_name(info.path.rsplit("/", 1)[-1])
         if number is not None:
             found.append((number, info))
-    return sorted(found, key=lambda pair: pair[0])
+    found.sort(key=lambda pair: pair[0])
+    if found:
+        number, info = found[-1]
+        if number > min(rundir.MAX_LEASE, len(found) + MAX_LEASE_GAP):
+            raise CorruptRecordError(
+                f"{storage.url}/{info.path} claims lease {number}, but the run "
+                f"has {len(found)} lease objects: sessions number leases from 1 "
+                f"upwards, with 8 digits at most. It is damaged or was put there "
+                f"by hand; delete {storage.url}/{info.path} to let the run continue."
+            )
+    return found
 
 
 def current_lease(storage: Storage) -> int:
@@ -31,8 +52,9 @@ def current_lease(storage: Storage) -> int:
     return leases[-1][0] if leases else 0
 
 
-def read_lease(storage: Storage, lease: int) -> LeaseRecord:
-    path = rundir.lease_path(lease)
+def read_lease(storage: Storage, lease: int, path: str | None = None) -> LeaseRecord:
+    """Parse lease ``lease`` (from ``path`` when listed under another width)."""
+    path = path or rundir.lease_path(lease)
     return parse(LeaseRecord, storage.read_json(path), f"{storage.url}/{path}")
 
 
@@ -43,6 +65,11 @@ def take_lease(storage: Storage, record: LeaseRecord) -> None:
         LeaseRaceError: another session created that lease number first.
     """
     path = rundir.lease_path(record.lease)
+    if record.lease > rundir.MAX_LEASE:
+        raise CorruptRecordError(
+            f"{storage.url} has used every lease number up to {rundir.MAX_LEASE}; "
+            f"continue training in a new run_dir."
+        )
     try:
         storage.write_json(path, to_json(record), create_only=True)
     except FileExistsError:

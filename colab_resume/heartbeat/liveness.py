@@ -29,6 +29,15 @@ COMPLETED = "COMPLETED"
 FAILED = "FAILED"
 STATES = (NEW, ALIVE, STALLED, DEAD, COMPLETED, FAILED)
 
+# Defaults when the holder's lease is unreadable (damage): its own promise
+# is unknown, so the protocol's defaults apply.
+DEFAULT_DEAD_AFTER_S = 120.0
+DEFAULT_STALL_AFTER_S = 600.0
+# The object stamps and "now" come from one clock, so a stamp this far
+# ahead is a touched or damaged object, not skew; counting it would keep
+# the run ALIVE until that future arrives.
+MAX_FUTURE_SECONDS = 60.0
+
 
 @dataclasses.dataclass(frozen=True)
 class RunStatus:
@@ -98,7 +107,8 @@ def judge(
     if beat is not None and beat.state == "stopped":
         return DEAD, "the holder stopped cleanly; the run can be taken at once"
     if age > dead_after:
-        return DEAD, f"no heartbeat for {age:.0f}s (dead after {dead_after:.0f}s)"
+        silence = f"{age:.0f}s" if age != float("inf") else "a trustworthy time"
+        return DEAD, f"no heartbeat for {silence} (dead after {dead_after:.0f}s)"
     if beat is None:
         return ALIVE, "lease taken, first heartbeat not yet written"
     if beat.state == "training" and beat.since_progress_s + age > stall_after:
@@ -120,6 +130,31 @@ class HolderView:
     beat_info: ObjectInfo | None
     last_sign: float | None  # server time of the last sign of life
     problems: tuple[str, ...] = ()
+    lease_info: ObjectInfo | None = None
+
+
+def sign_age(holder: HolderView, now: float) -> tuple[float | None, str | None]:
+    """Seconds since the holder's last sign of life at server time ``now``.
+
+    Stamps more than :data:`MAX_FUTURE_SECONDS` ahead of ``now`` are
+    damage and ignored; with no other sign left the age is infinite (DEAD).
+
+    Returns:
+        The age (None: no lease at all) and a problem to report, if any.
+    """
+    if holder.last_sign is None:
+        return None, None
+    stamped = [info for info in (holder.lease_info, holder.beat_info) if info]
+    future = [i for i in stamped if i.updated > now + MAX_FUTURE_SECONDS]
+    if not future:
+        return max(0.0, now - holder.last_sign), None
+    problem = "; ".join(
+        f"{info.path} is stamped {info.updated - now:.0f}s in the future "
+        f"(ignored as damage)"
+        for info in future
+    )
+    valid = [i.updated for i in stamped if i not in future]
+    return (max(0.0, now - max(valid)) if valid else float("inf")), problem
 
 
 def read_holder(storage: Storage) -> HolderView:
@@ -131,7 +166,9 @@ def read_holder(storage: Storage) -> HolderView:
     number, lease_info = leases[-1]
     record: LeaseRecord | None = None
     try:
-        record = read_lease(storage, number)
+        record = read_lease(storage, number, lease_info.path)
+    except FileNotFoundError:
+        problems.append(f"{storage.url}/{lease_info.path} vanished while reading")
     except CorruptRecordError as exc:
         problems.append(str(exc))
     beat, beat_info = None, None
@@ -144,7 +181,9 @@ def read_holder(storage: Storage) -> HolderView:
     except CorruptRecordError as exc:
         problems.append(str(exc))
     last_sign = max(lease_info.updated, beat_info.updated if beat_info else 0.0)
-    return HolderView(number, record, beat, beat_info, last_sign, tuple(problems))
+    return HolderView(
+        number, record, beat, beat_info, last_sign, tuple(problems), lease_info
+    )
 
 
 def committed_checkpoint_step(storage: Storage) -> int | None:
@@ -169,12 +208,16 @@ def read_status(
     storage.check()
     done = storage.exists(rundir.DONE_RECORD)
     holder = read_holder(storage)
-    age = None
-    if holder.last_sign is not None:
-        age = max(0.0, storage.server_time() - holder.last_sign)
+    problems = list(holder.problems)
+    age, problem = sign_age(holder, storage.server_time())
+    problems += [problem] if problem else []
     record, beat = holder.lease_record, holder.beat
-    dead_after = dead_after or (record.dead_after_seconds if record else 120.0)
-    stall_after = stall_after or (record.stall_after_seconds if record else 600.0)
+    dead_after = dead_after or (
+        record.dead_after_seconds if record else DEFAULT_DEAD_AFTER_S
+    )
+    stall_after = stall_after or (
+        record.stall_after_seconds if record else DEFAULT_STALL_AFTER_S
+    )
     state, detail = judge(
         done=done,
         lease=record,
@@ -183,8 +226,8 @@ def read_status(
         dead_after=dead_after,
         stall_after=stall_after,
     )
-    if holder.problems:
-        detail += "; " + "; ".join(holder.problems)
+    if problems:
+        detail += "; " + "; ".join(problems)
     return RunStatus(
         state=state,
         step=beat.step if beat else None,

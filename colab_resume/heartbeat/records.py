@@ -2,9 +2,11 @@
 
 Records read back from storage are untrusted input: another version of
 this package, a person with an editor, or damage may have written them.
-:func:`parse` checks every field's type and raises
-:class:`~colab_resume.errors.CorruptRecordError` naming the object and the
-field, instead of letting a ``KeyError`` escape from deep inside.
+:func:`parse` checks every field's type, and every number against
+:data:`RANGES`, and raises :class:`~colab_resume.errors.CorruptRecordError`
+naming the object and the field, instead of letting a ``KeyError`` escape
+from deep inside — or a lease that promises to beat once a century keep
+its run ALIVE forever.
 """
 
 from __future__ import annotations
@@ -14,9 +16,40 @@ import types
 import typing
 from typing import Any, TypeVar
 
+from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError
+from colab_resume.storage.records import (
+    DAY,
+    MAX_INT,
+    MAX_TIMESTAMP,
+    YEAR,
+    number,
+    short,
+)
 
 R = TypeVar("R")
+
+# The range of every numeric field. Out of range is damage: a reader then
+# judges the run with its default thresholds instead of, say, waiting
+# forever on a lease whose dead_after_seconds is Infinity.
+MAX_HEARTBEAT_SECONDS = DAY
+MAX_DEAD_AFTER_SECONDS = DAY
+MAX_STALL_AFTER_SECONDS = 7 * DAY
+RANGES: dict[str, tuple[float, float]] = {
+    "created_at": (0.0, MAX_TIMESTAMP),
+    "written_at": (0.0, MAX_TIMESTAMP),
+    "progress_at": (0.0, MAX_TIMESTAMP),
+    "heartbeat_seconds": (1e-3, MAX_HEARTBEAT_SECONDS),
+    "dead_after_seconds": (1e-3, MAX_DEAD_AFTER_SECONDS),
+    "stall_after_seconds": (1e-3, MAX_STALL_AFTER_SECONDS),
+    "since_progress_s": (0.0, 10 * YEAR),
+    "lease": (0, rundir.MAX_LEASE),
+    "took_over_from": (0, rundir.MAX_LEASE),
+    "pid": (0, 2**31),
+    "beat": (0, MAX_INT),
+    "step": (0, MAX_INT),
+    "checkpoint_step": (0, MAX_INT),
+}
 
 # Holder states written into beats. Liveness (ALIVE, DEAD, ...) is judged
 # by readers; these say what the holder itself believes it is doing.
@@ -93,7 +126,8 @@ def parse(cls: type[R], data: dict[str, Any], where: str) -> R:
     Unknown keys are ignored (newer writers may add fields).
 
     Raises:
-        CorruptRecordError: a field is missing or has the wrong type.
+        CorruptRecordError: a field is missing, has the wrong type, or a
+            number outside its :data:`RANGES`.
     """
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
@@ -106,18 +140,26 @@ def parse(cls: type[R], data: dict[str, Any], where: str) -> R:
                 f"by an incompatible version. Delete it or upgrade colab_resume."
             )
         value = data[field.name]
-        if not _matches(value, hints[field.name]):
+        hint = hints[field.name]
+        if not _matches(value, hint):
             raise CorruptRecordError(
                 f"{where}: field {field.name!r} has {type(value).__name__} "
-                f"{_short(value)}, expected {hints[field.name]}. The record is "
+                f"{short(value)}, expected {hint}. The record is "
                 f"damaged; delete it or upgrade colab_resume."
             )
-        values[field.name] = float(value) if hints[field.name] is float else value
+        if value is not None and field.name in RANGES:
+            low, high = RANGES[field.name]
+            integer = float not in (typing.get_args(hint) or (hint,))
+            value = number(
+                value, where, field.name, low=low, high=high, integer=integer
+            )
+            value = value if integer else float(value)
+        values[field.name] = value
     record = cls(**values)
     state = getattr(record, "state", None)
     if state is not None and state not in HOLDER_STATES:
         raise CorruptRecordError(
-            f"{where}: unknown holder state {_short(state)}; expected one of "
+            f"{where}: unknown holder state {short(state)}; expected one of "
             f"{', '.join(HOLDER_STATES)}."
         )
     return record
@@ -133,8 +175,3 @@ def _matches(value: Any, hint: Any) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, hint)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -31,7 +31,14 @@ from colab_resume.errors import FencedError, RunInUseError, RunMismatchError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import liveness
 from colab_resume.heartbeat.lease import take_lease
-from colab_resume.heartbeat.records import LeaseRecord, RunRecord, parse, to_json
+from colab_resume.heartbeat.records import (
+    MAX_DEAD_AFTER_SECONDS,
+    MAX_STALL_AFTER_SECONDS,
+    LeaseRecord,
+    RunRecord,
+    parse,
+    to_json,
+)
 from colab_resume.heartbeat.writer import HeartbeatWriter
 from colab_resume.storage import Storage
 
@@ -80,6 +87,18 @@ class SessionOptions:
         if not self.stall_after_seconds > 0:
             raise ValueError(
                 f"stall_after_seconds must be > 0, got {self.stall_after_seconds!r}."
+            )
+        # Readers treat a lease beyond these bounds as damage: never write one.
+        if not self.dead_after <= MAX_DEAD_AFTER_SECONDS:
+            raise ValueError(
+                f"dead_after_seconds (or {BEATS_BEFORE_DEAD} x heartbeat_seconds) "
+                f"must be at most {MAX_DEAD_AFTER_SECONDS:.0f} (a day), got "
+                f"{self.dead_after!r}; pick a shorter heartbeat."
+            )
+        if not self.stall_after_seconds <= MAX_STALL_AFTER_SECONDS:
+            raise ValueError(
+                f"stall_after_seconds must be at most {MAX_STALL_AFTER_SECONDS:.0f} "
+                f"(a week), got {self.stall_after_seconds!r}."
             )
         if self.expected_run_id is not None and not (
             isinstance(self.expected_run_id, str)
@@ -319,7 +338,8 @@ def _wait_for_verdict(
     first_sign = holder.last_sign
     next_report = float("inf")
     while True:
-        age = max(0.0, storage.server_time() - (holder.last_sign or 0.0))
+        age, _ = liveness.sign_age(holder, storage.server_time())
+        age = age if age is not None else float("inf")
         state, detail = liveness.judge(
             done=False,
             lease=record,

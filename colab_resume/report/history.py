@@ -20,8 +20,9 @@ on a background thread — never per step, never blocking training. A
 session that dies loses at most its last unwritten chunk: the report then
 shows that session ending at its last chunk.
 
-Chunks read back are untrusted: size capped by :meth:`Storage.read_json`,
-every field type-checked, damaged chunks reported and skipped.
+Chunks read back are untrusted: size, depth and numbers bounded by
+:meth:`Storage.read_json` (:mod:`colab_resume.storage.records`), every
+field type-checked, damaged chunks reported and skipped.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from typing import Any
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import Event, EventLog
 from colab_resume.storage import Storage
+from colab_resume.storage.records import MAX_RECORD_BYTES, decode, is_number
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,11 @@ MAX_EVENTS_PER_CHUNK = 500
 MAX_METRICS_PER_POINT = 16
 MAX_MESSAGE_CHARS = 300
 MAX_CHUNKS_READ = 5_000
+# Points a reader keeps in memory, all chunks together (each chunk may
+# hold 5,000, parsed at ~1 KB a point): old chunks are thinned to an even
+# share of this, the newest ones keep full resolution.
+MAX_POINTS_KEPT = 20_000
+FULL_RESOLUTION_CHUNKS = 2
 # Too chatty to keep: progress of one upload, the countdown's repeats.
 QUIET_KINDS = ("checkpoint.upload.progress",)
 
@@ -262,7 +269,13 @@ def read_history(storage: Storage, *, workers: int = 16) -> RunHistory:
 
 
 class HistoryReader:
-    """Reads a run's history; each :meth:`read` fetches only new chunks."""
+    """Reads a run's history; each :meth:`read` fetches only new chunks.
+
+    Memory stays bounded however many chunks the run has: chunks are
+    fetched ``workers`` at a time and parsed one at a time, and all but the
+    newest :data:`FULL_RESOLUTION_CHUNKS` keep an even share of
+    :data:`MAX_POINTS_KEPT` points (thinned again as chunks arrive).
+    """
 
     def __init__(self, storage: Storage, *, workers: int = 16) -> None:
         self.storage = storage
@@ -283,13 +296,23 @@ class HistoryReader:
                 f"{len(names)} history chunks; reading the newest {MAX_CHUNKS_READ}"
             )
             names = names[-MAX_CHUNKS_READ:]
+        share = max(2, MAX_POINTS_KEPT // len(names)) if names else 0
+        recent = {path for _, path in names[-FULL_RESOLUTION_CHUNKS:]}
         new = [(lease, path) for (lease, _), path in names if path not in self._chunks]
-        if new:
-            with ThreadPoolExecutor(max(1, min(self.workers, len(new)))) as pool:
-                for path, chunk in pool.map(self._load, new):
+        workers = max(1, min(self.workers, len(new)))
+        with ThreadPoolExecutor(workers) as pool:
+            for start in range(0, len(new), workers):
+                batch = new[start : start + workers]
+                fetched = pool.map(self._fetch, batch)
+                for (lease, path), data in zip(batch, fetched, strict=True):
+                    chunk = self._parse(lease, path, data)
+                    if path not in recent:  # thin at once: old chunks stay small
+                        chunk.points = _thin(chunk.points, share)
                     self._chunks[path] = chunk
         for _, path in names:
             chunk = self._chunks[path]
+            if path not in recent:
+                chunk.points = _thin(chunk.points, share)
             history.points.extend(chunk.points)
             history.events.extend(chunk.events)
             history.sessions.update(chunk.sessions)
@@ -298,15 +321,30 @@ class HistoryReader:
         history.events.sort(key=lambda e: e.time)
         return history
 
-    def _load(self, item: tuple[int, str]) -> tuple[str, RunHistory]:
-        lease, path = item
+    def _fetch(self, item: tuple[int, str]) -> bytes | Exception:
+        try:
+            return self.storage.read_bytes(item[1], max_bytes=MAX_RECORD_BYTES)
+        except (CorruptRecordError, FileNotFoundError) as exc:
+            return exc
+
+    def _parse(self, lease: int, path: str, data: bytes | Exception) -> RunHistory:
         chunk = RunHistory()
         try:
-            data = self.storage.read_json(path)
-            parse_chunk(data, lease, f"{self.storage.url}/{path}", chunk)
+            if isinstance(data, Exception):
+                raise data
+            where = f"{self.storage.url}/{path}"
+            parse_chunk(decode(data, where), lease, where, chunk)
         except (CorruptRecordError, FileNotFoundError) as exc:
             chunk.problems.append(f"{path}: {exc}")
-        return path, chunk
+        return chunk
+
+
+def _thin(points: list[Point], keep: int) -> list[Point]:
+    """``keep`` evenly spaced points of ``points``, the last one included."""
+    if len(points) <= keep:
+        return points
+    stride = len(points) / keep
+    return [points[len(points) - 1 - int(i * stride)] for i in range(keep)][::-1]
 
 
 def parse_chunk(data: dict[str, Any], lease: int, where: str, into: RunHistory) -> None:
@@ -334,14 +372,6 @@ def parse_chunk(data: dict[str, Any], lease: int, where: str, into: RunHistory) 
         into.sessions[lease] = session_id[:64]
 
 
-def _number(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-    )
-
-
 def _parse_point(raw: Any, lease: int, where: str) -> Point:
     if (
         not isinstance(raw, list)
@@ -349,14 +379,14 @@ def _parse_point(raw: Any, lease: int, where: str) -> Point:
         or not isinstance(raw[0], int)
         or isinstance(raw[0], bool)
         or raw[0] < 0
-        or not _number(raw[1])
+        or not is_number(raw[1])
         or not isinstance(raw[2], dict)
         or len(raw[2]) > MAX_METRICS_PER_POINT
     ):
         raise CorruptRecordError(f"{where}: a point is not [step, time, {{metrics}}].")
     metrics = {}
     for key, value in raw[2].items():
-        if not isinstance(key, str) or not _number(value):
+        if not isinstance(key, str) or not is_number(value):
             raise CorruptRecordError(f"{where}: metric {key!r} is not a number.")
         metrics[key[:64]] = float(value)
     return Point(raw[0], float(raw[1]), metrics, lease)
@@ -367,7 +397,7 @@ def _parse_event(raw: Any, lease: int, where: str) -> RecordedEvent:
         raise CorruptRecordError(f"{where}: an event is not an object.")
     step = raw.get("step")
     fields_ok = (
-        _number(raw.get("time"))
+        is_number(raw.get("time"))
         and isinstance(raw.get("kind"), str)
         and raw.get("level") in ("info", "warning", "error")
         and isinstance(raw.get("message"), str)

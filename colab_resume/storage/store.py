@@ -37,6 +37,7 @@ from colab_resume.errors import (
 from colab_resume.redact import redact
 from colab_resume.storage import auth
 from colab_resume.storage.faults import http_status, is_forbidden
+from colab_resume.storage.records import MAX_RECORD_BYTES, decode
 from colab_resume.storage.retry import RetryHook, RetryPolicy, call_with_retry
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,6 @@ T = TypeVar("T")
 Limit = dict[str, float]  # keyword arguments that bound one fsspec call
 
 GCS_PROTOCOLS = ("gs", "gcs")
-# Records we read back are small; anything bigger is damage or hostility.
-MAX_RECORD_BYTES = 1 << 20
 # Object metadata key naming the write call that created a create-only object.
 WRITE_ID_KEY = "colab-resume-write-id"
 
@@ -357,22 +356,11 @@ class Storage:
 
         Raises:
             FileNotFoundError: no such object.
-            CorruptRecordError: too big, not JSON, or not a JSON object.
+            CorruptRecordError: too big, too deep, a number out of range, not
+                JSON, or not a JSON object (see :func:`records.decode`).
         """
         data = self.read_bytes(rel, max_bytes=max_bytes)
-        try:
-            value = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CorruptRecordError(
-                f"{self.url}/{rel} is not valid JSON ({exc}); it was damaged or "
-                f"written by something else. Delete it to let the run continue."
-            ) from None
-        if not isinstance(value, dict):
-            raise CorruptRecordError(
-                f"{self.url}/{rel} holds a JSON {type(value).__name__}, expected "
-                f"an object. Delete it to let the run continue."
-            )
-        return value
+        return decode(data, f"{self.url}/{rel}")
 
     def info(self, rel: str) -> ObjectInfo:
         """Metadata of one object. Raises FileNotFoundError if absent."""
