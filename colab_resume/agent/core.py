@@ -34,7 +34,7 @@ from colab_resume.agent.keras_fit import KerasFit
 from colab_resume.agent.options import AgentOptions
 from colab_resume.agent.steps import StepDuties
 from colab_resume.checkpoint import CheckpointManager, SaveTriggers, TriggerOptions
-from colab_resume.errors import FencedError
+from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_status
 from colab_resume.heartbeat.lease import current_lease
@@ -229,10 +229,13 @@ class Agent:
     def _drive(self, driver: Any, train: Callable[[int, StepDuties], None]) -> None:
         strategy = self.connect()
         self.controls.reset()
-        if self.storage.exists(rundir.DONE_RECORD):
-            self._load_completed(driver, strategy)
+        done = self._completed_record()
+        if done is not None and not _asks_for_more(done, driver.total_steps):
+            self._load_completed(driver, strategy, done)
             return
         session, manager = self._take_run()
+        if done is not None:
+            self._reopen_completed(done, driver.total_steps)
         self.telemetry.session_started(
             driver.total_steps, getattr(driver, "steps_per_epoch", None)
         )
@@ -441,7 +444,7 @@ class Agent:
                 "run.stopped", f"stopped at step {duties.step}", step=duties.step
             )
         else:
-            session.complete({"final_step": duties.step})
+            session.complete({"final_step": duties.step, "planned_steps": total_steps})
 
     def _last_save_if_safe(self, manager: CheckpointManager) -> None:
         """After an error: save the last complete step, if it is not half-applied."""
@@ -460,7 +463,28 @@ class Agent:
                 step=duties.step,
             )
 
-    def _load_completed(self, driver: Any, strategy: Any) -> None:
+    def _completed_record(self) -> dict[str, Any] | None:
+        """DONE.json, or None while the run has not finished."""
+        try:
+            return self.storage.read_json(rundir.DONE_RECORD)
+        except FileNotFoundError:
+            return None
+        except CorruptRecordError:
+            return {}  # finished, with its plan unreadable: never extended
+
+    def _reopen_completed(self, done: dict[str, Any], total_steps: int) -> None:
+        """A finished run asked for more steps: it is training again."""
+        self.storage.delete(rundir.DONE_RECORD)
+        self.events.emit(
+            "run.extended",
+            f"the run had completed at step {done.get('final_step')}; continuing "
+            f"from its final state to step {total_steps}",
+            step=done.get("final_step"),
+        )
+
+    def _load_completed(
+        self, driver: Any, strategy: Any, done: dict[str, Any] | None = None
+    ) -> None:
         """The run finished before: rebuild and restore the final state."""
         with strategy.scope():
             driver.build()
@@ -475,7 +499,7 @@ class Agent:
         finally:
             reader.close()
         self.events.emit(
-            "run.already_completed", "the run had completed; restored its final state"
+            "run.already_completed", _completed_message(done or {}, driver.total_steps)
         )
 
     def _storage_retried(
@@ -487,6 +511,35 @@ class Agent:
             f"in {delay:.1f}s",
             level="warning",
         )
+
+
+def _asks_for_more(done: dict[str, Any], total_steps: int | None) -> bool:
+    """True when a finished run that reached its planned end is asked to go on."""
+    final = done.get("final_step")
+    planned = done.get("planned_steps", final)  # older records: the final step
+    return (
+        isinstance(final, int)
+        and isinstance(planned, int)
+        and isinstance(total_steps, int)
+        and final == planned
+        and total_steps > planned
+    )
+
+
+def _completed_message(done: dict[str, Any], total_steps: int | None) -> str:
+    final = done.get("final_step")
+    planned = done.get("planned_steps", final)
+    if isinstance(final, int) and isinstance(planned, int) and final < planned:
+        return (
+            f"the run had finished at step {final} of {planned} (a callback such "
+            f"as EarlyStopping ended it); restored its final state"
+        )
+    if isinstance(final, int) and isinstance(total_steps, int) and total_steps < final:
+        return (
+            f"the run had completed at step {final}; asked for {total_steps} steps, "
+            f"it cannot go back: restored its final state (step {final})"
+        )
+    return "the run had completed; restored its final state"
 
 
 def _never_write() -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from colab_resume.agent import callback_state, metric_state
+from colab_resume.agent.random_ops import RandomOpWatch
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
@@ -86,6 +87,7 @@ class KerasFit:
         self.model: Any = None
         self._state: Any = None  # what checkpoints hold; see `state`
         self._slots: callback_state.ArraySlots | None = None
+        self.random_ops: RandomOpWatch | None = None
         self.callback_states: list[Any] | None = None  # to put back, from a restore
         self.metric_state: list[Any] | None = None
         self.history = _new_history()
@@ -169,6 +171,15 @@ class KerasFit:
             self._check_data(start_epoch)
         hook = _make_hook(self, duties)
         callbacks = [hook] + ([_make_progbar(self)] if self.verbose != 0 else [])
+        # The step is traced during its first call: watch what it creates.
+        self.random_ops = RandomOpWatch()
+        try:
+            self._train_epochs(start_epoch, skip, callbacks)
+        finally:
+            self.end_random_op_watch()
+        hook.finish()
+
+    def _train_epochs(self, start_epoch: int, skip: int, callbacks: list[Any]) -> None:
         for epoch in range(start_epoch, self.epochs):
             self.epoch = epoch
             self.skip = skip if epoch == start_epoch else 0
@@ -194,7 +205,18 @@ class KerasFit:
             )
             if self.model.stop_training:
                 break
-        hook.finish()
+
+    def start_random_op_watch(self) -> None:
+        if self.random_ops is not None:
+            self.random_ops.__enter__()
+
+    def end_random_op_watch(self) -> None:
+        watch, self.random_ops = self.random_ops, None
+        if watch is not None:
+            watch.__exit__(None, None, None)
+            warning = watch.warning()
+            if warning:
+                self.warn(warning)
 
     # --- data determinism -------------------------------------------------------------
 
@@ -319,8 +341,10 @@ def _make_hook(driver: KerasFit, duties: StepDuties) -> Any:
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             duties.before_step()
             self.users.on_train_batch_begin(batch + driver.skip, logs)
+            driver.start_random_op_watch()  # once: the first step is traced
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            driver.end_random_op_watch()
             step = driver.epoch * driver.steps_per_epoch + driver.skip + batch + 1
             driver.last_logs = dict(logs or {})
             duties.step = step

@@ -104,7 +104,7 @@ def judge(
             FAILED,
             f"the holder stopped on an error: {redact(beat.error or 'unknown')}",
         )
-    if beat is not None and beat.state == "stopped":
+    if beat is not None and beat.state in ("stopped", "completed"):
         return DEAD, "the holder stopped cleanly; the run can be taken at once"
     if age > dead_after:
         silence = f"{age:.0f}s" if age != float("inf") else "a trustworthy time"

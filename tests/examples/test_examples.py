@@ -83,3 +83,29 @@ def test_killed_at_a_random_step_resumes_bitwise(workload, tmp_path):
     assert actual["files"] == expected["files"], where
     assert actual["calls"] == expected["calls"], where
     assert actual["warnings"] == expected["warnings"] == [], where
+
+
+def test_a_completed_run_asked_for_more_epochs_continues_exactly(tmp_path):
+    """The everyday "train 20 more": as if the longer run had been planned."""
+    reference_dir = str(tmp_path / "reference")
+    work("vae", str(tmp_path / "reference-run"), reference_dir, "--epochs", "6")
+    expected, expected_weights = outcome(reference_dir)
+
+    run_dir, out_dir = str(tmp_path / "run"), str(tmp_path / "out")
+    work("vae", run_dir, out_dir, "--epochs", "4")
+    first, _ = outcome(out_dir)
+    assert first["history"]["epoch"] == [0, 1, 2, 3]
+    work("vae", run_dir, out_dir, "--epochs", "6")
+    actual, actual_weights = outcome(out_dir)
+
+    assert actual["restored_step"] == 32 and actual["steps_here"] == 16
+    assert "run.extended" in actual["events"]
+    assert actual["history"] == expected["history"]
+    for name, value in expected_weights.items():
+        assert np.array_equal(value, actual_weights[name]), name
+
+    # Asked for fewer, it says what it has and trains nothing.
+    work("vae", run_dir, out_dir, "--epochs", "2")
+    fewer, _ = outcome(out_dir)
+    assert fewer["steps_here"] == 0
+    assert fewer["history"]["epoch"] == list(range(6))

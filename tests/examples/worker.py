@@ -1,7 +1,7 @@
 """Run one workload of ``workloads.py`` through ``agent.fit``, maybe dying on the way.
 
     python tests/examples/worker.py WORKLOAD RUN_DIR OUT_DIR [--kill-at-step N]
-        [--save-every-steps N] [--replicas N]
+        [--save-every-steps N] [--replicas N] [--epochs N]
 
 OUT_DIR receives ``weights.npz`` (every model variable and every optimizer's
 variables, by position) and ``result.json`` (History, the step this process
@@ -64,6 +64,7 @@ def main() -> int:
     parser.add_argument("--kill-at-step", type=int)
     parser.add_argument("--save-every-steps", type=int, default=5)
     parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--epochs", type=int, help="instead of the workload's")
     args = parser.parse_args()
 
     import keras
@@ -74,13 +75,14 @@ def main() -> int:
     from colab_resume.agent import Agent
     from colab_resume.agent.steps import StepDuties
 
-    keras.utils.set_random_seed(11)
-    tf.config.experimental.enable_op_determinism()
     # Multi-threaded CPU reductions can round a reported loss differently in
     # the last bit from one process to the next (gradients are not affected);
-    # one thread makes the metrics of a resumed process bitwise too.
+    # one thread makes the metrics of every process bitwise too. (Set before
+    # anything starts TensorFlow's runtime.)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    keras.utils.set_random_seed(11)
+    tf.config.experimental.enable_op_determinism()
     os.makedirs(args.out_dir, exist_ok=True)
     workload = WORKLOADS[args.workload](args.out_dir)
 
@@ -119,7 +121,7 @@ def main() -> int:
     history = agent.fit(
         workload.build_model,
         workload.make_dataset,
-        epochs=workload.epochs,
+        epochs=args.epochs or workload.epochs,
         steps_per_epoch=workload.steps_per_epoch,
         callbacks=workload.callbacks,
         verbose=0,
@@ -138,6 +140,7 @@ def main() -> int:
         "steps_here": trained["steps"],
         "files": {os.path.basename(p): file_digest(p) for p in workload.files},
         "calls": traces[0] if traces else None,
+        "events": [e.kind for e in agent.events.recent()],
         "warnings": [
             e.message for e in agent.events.recent() if e.kind == "fit.warning"
         ],

@@ -1,0 +1,92 @@
+"""Spot legacy stateful TensorFlow random ops in the traced training step.
+
+``tf.random.normal`` / ``uniform`` / ``shuffle`` (and the other stateful
+random ops) keep their state inside the op kernel: no checkpoint can reach
+it. Seeded, they repeat within one process, but a resumed process starts
+their hidden counters again, so a resumed run draws other numbers than an
+uninterrupted one and diverges silently. Keras's own layers (Dropout,
+``keras.random`` with a ``SeedGenerator``) and ``tf.random.Generator`` keep
+their state in variables, which the checkpoint holds.
+
+:class:`RandomOpWatch` listens to op creation while the training step is
+traced (the first step of each session) and names what it saw. It uses
+TensorFlow's op-callback hook, the one ``tf.debugging`` builds on.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+STATEFUL_RANDOM_OPS = frozenset(
+    {
+        "RandomStandardNormal",
+        "RandomUniform",
+        "RandomUniformInt",
+        "TruncatedNormal",
+        "ParameterizedTruncatedNormal",
+        "Multinomial",
+        "RandomGamma",
+        "RandomPoisson",
+        "RandomPoissonV2",
+        "RandomShuffle",
+    }
+)
+
+FIX = (
+    "draw random numbers with keras.random.* and a keras.random.SeedGenerator "
+    "kept on the layer or model (or with a tf.random.Generator kept there), "
+    "whose state the checkpoint holds"
+)
+
+
+class RandomOpWatch:
+    """Collects the stateful random ops created in graphs while it is open."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+        self._thread = threading.get_ident()
+        self._callbacks: Any = None
+
+    def _seen(
+        self,
+        op_type: str,
+        inputs: Any,
+        attrs: Any,
+        outputs: Any,
+        op_name: str | None = None,
+        graph: Any = None,
+    ) -> None:
+        # Only ops traced into a graph by this thread (not the input pipeline's).
+        if (
+            graph is not None
+            and op_type in STATEFUL_RANDOM_OPS
+            and threading.get_ident() == self._thread
+        ):
+            self.found.append(f"{op_type} ({op_name})")
+
+    def __enter__(self) -> RandomOpWatch:
+        try:
+            from tensorflow.python.framework import op_callbacks
+        except ImportError:  # a TensorFlow without the hook: nothing to watch
+            return self
+        self._callbacks = op_callbacks
+        op_callbacks.add_op_callback(self._seen)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._callbacks is not None:
+            self._callbacks.remove_op_callback(self._seen)
+            self._callbacks = None
+
+    def warning(self) -> str | None:
+        """One line naming what was found, or None."""
+        if not self.found:
+            return None
+        names = sorted(set(self.found))
+        return (
+            f"the training step uses stateful TensorFlow random ops, whose state "
+            f"no checkpoint can hold, so a resumed run draws other numbers than "
+            f"an uninterrupted one: {', '.join(names[:5])}"
+            f"{' ...' if len(names) > 5 else ''}. To resume exactly, {FIX}."
+        )

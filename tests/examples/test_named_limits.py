@@ -1,0 +1,86 @@
+"""What cannot be resumed is named before it diverges; what conflicts is refused.
+
+In one process (no death needed to see a warning): real TensorFlow on the
+CPU, real local run directories.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow")
+import keras  # noqa: E402
+
+import colab_resume as cr  # noqa: E402
+from colab_resume.agent.callback_state import CallbackConflictError  # noqa: E402
+
+X = np.random.RandomState(0).randn(64, 4).astype("float32")
+Y = X.sum(axis=1, keepdims=True)
+
+
+class LegacyNoise(keras.layers.Layer):
+    """Noise the way older examples add it: a stateful TF op."""
+
+    def call(self, inputs, training=False):
+        return inputs + 0.01 * tf.random.normal(tf.shape(inputs))
+
+
+class CountingCallback(keras.callbacks.Callback):
+    """Instance state, and no get_resume_state / set_resume_state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+
+
+def make_dataset(epoch: int, skip: int = 0) -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).skip(skip)
+
+
+def fit(run_dir, layers, callbacks=()) -> list[str]:
+    def build_model() -> keras.Model:
+        model = keras.Sequential([keras.Input((4,)), *layers(), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    agent = cr.Agent(str(run_dir), save_every_steps=4, heartbeat_seconds=0.5)
+    agent.fit(
+        build_model,
+        make_dataset,
+        epochs=2,
+        steps_per_epoch=8,
+        callbacks=list(callbacks),
+        verbose=0,
+    )
+    return [e.message for e in agent.events.recent(kind="fit.warning")]
+
+
+def test_a_stateful_tf_random_op_in_the_step_is_named_once(tmp_path):
+    warnings = fit(tmp_path / "run", lambda: [LegacyNoise(name="legacy_noise")])
+    assert len(warnings) == 1, warnings
+    assert "RandomStandardNormal" in warnings[0]
+    assert "legacy_noise" in warnings[0]  # where it was created
+    assert "SeedGenerator" in warnings[0]  # the fix
+
+
+def test_keras_random_ops_and_dropout_raise_no_warning(tmp_path):
+    layers = lambda: [keras.layers.Dropout(0.2), keras.layers.GaussianNoise(0.1)]  # noqa: E731
+    assert fit(tmp_path / "run", layers) == []
+
+
+def test_a_user_callback_with_state_and_no_protocol_is_named(tmp_path):
+    warnings = fit(tmp_path / "run", lambda: [], [CountingCallback()])
+    assert len(warnings) == 1, warnings
+    assert "CountingCallback" in warnings[0] and "batches" in warnings[0]
+    assert "get_resume_state" in warnings[0]
+
+
+def test_backup_and_restore_is_refused_before_anything_is_written(tmp_path):
+    callback = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    with pytest.raises(CallbackConflictError, match="Remove it from callbacks"):
+        fit(tmp_path / "run", lambda: [], [callback])
+    assert not (tmp_path / "run").exists()
