@@ -85,6 +85,24 @@ def test_killed_at_a_random_step_resumes_bitwise(workload, tmp_path):
     assert actual["warnings"] == expected["warnings"] == [], where
 
 
+def test_an_accelerator_lost_inside_the_session_is_recovered_bitwise(tmp_path):
+    """In-session recovery rolls the callbacks back with the model."""
+    reference_dir = str(tmp_path / "reference")
+    work("convnet", str(tmp_path / "reference-run"), reference_dir)
+    expected, expected_weights = outcome(reference_dir)
+    step = kill_step(expected["steps_here"], random.Random(f"{SEED}-lost"))
+    out_dir = str(tmp_path / "out")
+    work("convnet", str(tmp_path / "run"), out_dir, "--unavailable-at-step", str(step))
+    actual, actual_weights = outcome(out_dir)
+    where = f"(EXAMPLES_SEED={SEED}: accelerator lost at step {step})"
+    assert actual["recoveries"] == 1, where
+    assert 0 < actual["restored_step"] < step, where  # the rollback happened
+    for name, value in expected_weights.items():
+        assert np.array_equal(value, actual_weights[name]), f"{where} {name}"
+    for key in ("history", "files", "calls", "warnings"):
+        assert actual[key] == expected[key], f"{where} {key}"
+
+
 def test_a_completed_run_asked_for_more_epochs_continues_exactly(tmp_path):
     """The everyday "train 20 more": as if the longer run had been planned."""
     reference_dir = str(tmp_path / "reference")

@@ -9,7 +9,9 @@ resumed from, the steps it trained, the callbacks' side-effect files, the
 call trace, the agent's warnings). The callbacks' own files (CSV log, best
 weights) are written in OUT_DIR too, so a resumed process continues them.
 ``--kill-at-step`` SIGKILLs the process right after the agent's duties of
-that step: no cleanup at all.
+that step: no cleanup at all. ``--unavailable-at-step`` raises
+``tf.errors.UnavailableError`` there once, as a lost TPU would (no TPU
+exists here to lose), for the agent to recover in the same process.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def main() -> int:
     parser.add_argument("run_dir")
     parser.add_argument("out_dir")
     parser.add_argument("--kill-at-step", type=int)
+    parser.add_argument("--unavailable-at-step", type=int)
     parser.add_argument("--save-every-steps", type=int, default=5)
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--epochs", type=int, help="instead of the workload's")
@@ -98,6 +101,9 @@ def main() -> int:
         if step == args.kill_at_step:
             print(f"KILLING at step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+        if step == args.unavailable_at_step and not trained.get("lost"):
+            trained["lost"] = True  # once, as a lost TPU would
+            raise tf.errors.UnavailableError(None, None, "Socket closed")
         return stop
 
     StepDuties.after_step = after_step
@@ -110,6 +116,7 @@ def main() -> int:
         dead_after_seconds=1.5,
         prefer="cpu",
         cpu_replicas=args.replicas,
+        recovery_backoff_seconds=0.1,
     )
     restored = {"step": 0}
 
@@ -137,6 +144,7 @@ def main() -> int:
     result = {
         "history": {"epoch": history.epoch, "history": history.history},
         "restored_step": restored["step"],
+        "recoveries": agent.recoveries,
         "steps_here": trained["steps"],
         "files": {os.path.basename(p): file_digest(p) for p in workload.files},
         "calls": traces[0] if traces else None,
