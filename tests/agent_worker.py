@@ -2,7 +2,7 @@
 
     python tests/agent_worker.py RUN_DIR OUT.npz [--endpoint URL] [--loop fit|run]
         [--kill-at-step N] [--unavailable-at-step N] [--epochs E] ...
-        [--retry-seconds S] [--step-sleep S] [--takeover] [--run-id ID]
+        [--retry-seconds S] [--step-sleep S] [--takeover] [--run-id ID] [--plain]
         [--expiring-token] [--events EVENTS.json]
 
 Trains a small Keras model (Dense, Dropout, BatchNormalization, Adam) under a
@@ -47,6 +47,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--unavailable-at-step", type=int)
     parser.add_argument("--unseeded-shuffle", action="store_true")
     parser.add_argument("--width", type=int, default=32)
+    # Dense layers only: no Dropout masks or per-replica BatchNorm statistics,
+    # so runs on different replica counts train the same model.
+    parser.add_argument("--plain", action="store_true")
     parser.add_argument("--retry-seconds", type=float, default=120.0)
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--heartbeat-seconds", type=float, default=0.5)
@@ -80,12 +83,19 @@ def main() -> int:
         return ds.batch(BATCH, drop_remainder=True).skip(skip)
 
     def build_model() -> keras.Model:
+        noisy = (
+            []
+            if args.plain
+            else [
+                keras.layers.Dropout(0.25),
+                keras.layers.BatchNormalization(),
+            ]
+        )
         model = keras.Sequential(
             [
                 keras.Input((8,)),
                 keras.layers.Dense(args.width, activation="relu"),
-                keras.layers.Dropout(0.25),
-                keras.layers.BatchNormalization(),
+                *noisy,
                 keras.layers.Dense(1),
             ]
         )

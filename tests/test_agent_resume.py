@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+from colab_resume.report.history import read_history
 from colab_resume.storage import Storage
 
 WORKER = os.path.join(os.path.dirname(__file__), "agent_worker.py")
@@ -115,6 +116,27 @@ def test_custom_loop_killed_and_resumed_bitwise(
     # Step 20's upload may not have committed two steps later: then step 15.
     assert steps_here(resumed) in (TOTAL_STEPS - 20, TOTAL_STEPS - 15)
     assert_bitwise_equal(reference_loop, out)
+
+
+def recorded_losses(run_dir: str) -> dict[int, float]:
+    """The loss the run's history recorded, by step."""
+    points = read_history(Storage(run_dir)).points
+    return {p.step: p.metrics["loss"] for p in points if "loss" in p.metrics}
+
+
+def test_custom_loop_records_the_same_loss_on_1_and_2_replicas(tmp_path):
+    """The recorded loss is the global batch's: per-replica shares are summed."""
+    losses = {}
+    for replicas in (1, 2):
+        run_dir = str(tmp_path / f"run{replicas}")
+        out = str(tmp_path / f"w{replicas}.npz")
+        args = ["--loop", "run", "--plain", "--replicas", str(replicas)]
+        train(run_dir, out, *args)
+        losses[replicas] = recorded_losses(run_dir)
+    assert TOTAL_STEPS in losses[1] and TOTAL_STEPS in losses[2]
+    one, two = losses[1][TOTAL_STEPS], losses[2][TOTAL_STEPS]
+    # Averaging the replicas' shares instead would record half of it.
+    assert two == pytest.approx(one, rel=1e-4), (one, two)
 
 
 def test_random_external_kills_then_completed_run_returns_at_once(

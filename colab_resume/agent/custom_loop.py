@@ -9,7 +9,18 @@ The user gives three functions:
   it with ``strategy.run`` inside a ``tf.function``, so it sees the
   per-replica slice of the batch and should scale its loss by the global
   batch size (``tf.nn.compute_average_loss``). Scalars it returns (a tensor
-  or a dict of them) are averaged over replicas and shown as metrics.
+  or a dict of them) are recorded as metrics.
+
+Every returned value is **summed** across replicas, as the TensorFlow
+distributed-training tutorial does with
+``strategy.reduce(SUM, per_replica_losses)``: each replica returns its
+share of the global-batch value. A loss scaled by the global batch size
+then sums to the true loss, the same on 1 replica or 8. Return other
+values the same way, as contributions to the global batch (correct
+predictions divided by the global batch size, a count as is); a value that
+is the same on every replica (a learning rate) would come out multiplied
+by the replica count, so divide it by
+``tf.distribute.get_replica_context().num_replicas_in_sync``.
 """
 
 from __future__ import annotations
@@ -90,8 +101,10 @@ class CustomLoop:
         @tf.function
         def distributed_step(iterator: Any) -> Any:
             outputs = strategy.run(user_step, args=(state, next(iterator)))
+            # SUM, not MEAN: the replicas' values are shares of the global
+            # batch's (see the module docstring).
             return tf.nest.map_structure(
-                lambda v: strategy.reduce("MEAN", v, axis=None), outputs
+                lambda v: strategy.reduce("SUM", v, axis=None), outputs
             )
 
         step = start_step
