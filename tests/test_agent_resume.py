@@ -139,6 +139,25 @@ def test_custom_loop_records_the_same_loss_on_1_and_2_replicas(tmp_path):
     assert two == pytest.approx(one, rel=1e-4), (one, two)
 
 
+def test_session_killed_in_its_first_seconds_leaves_its_history(tmp_path):
+    """A commit brings a history chunk; the session's first one within a tick."""
+    run_dir = str(tmp_path / "run")
+    # The first checkpoint commits after step 5, the kill lands ~2 s later:
+    # long before the 10 s the recorder otherwise keeps between chunks.
+    killed = train(
+        run_dir,
+        str(tmp_path / "w.npz"),
+        *("--step-sleep", "0.1", "--kill-at-step", "25"),
+        expect_rc=-9,
+    )
+    assert "KILLING at step 25" in killed.stdout
+    history = read_history(Storage(run_dir))
+    assert 1 in history.sessions, "no history chunk of the killed session"
+    committed = [e.step for e in history.events if e.kind == "checkpoint.committed"]
+    assert committed and committed[0] == 5
+    assert history.points and history.points[0].lease == 1
+
+
 def test_random_external_kills_then_completed_run_returns_at_once(
     reference_fit, gcs_run_dir, emulator, gcs_options, tmp_path
 ):
