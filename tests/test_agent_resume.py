@@ -203,3 +203,31 @@ def test_non_deterministic_dataset_is_detected_on_resume(
     )
     assert "NonDeterministicDatasetError" in result.stderr
     assert "shuffle with a seed" in result.stderr
+
+
+def test_fixed_pipeline_resumes_once_fingerprints_are_reset(tmp_path):
+    """After the error, fixing make_dataset is not enough: the checkpoint holds
+    the old pipeline's fingerprints until reset_data_fingerprints=True."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "w.npz")
+    events = str(tmp_path / "events.json")
+    loop = ("--loop", "run")
+    train(
+        run_dir, out, *loop, "--unseeded-shuffle", "--kill-at-step", "15", expect_rc=-9
+    )
+    fixed = train(run_dir, out, *loop, expect_rc=1)  # seeded now, old fingerprints
+    assert "NonDeterministicDatasetError" in fixed.stderr
+    assert "reshuffle_each_iteration=False" in fixed.stderr
+    assert "reset_data_fingerprints=True" in fixed.stderr
+    reset = train(
+        run_dir,
+        out,
+        *loop,
+        *("--reset-data-fingerprints", "--events", events),
+        *("--kill-at-step", "27"),
+        expect_rc=-9,
+    )
+    assert "EVENT data.fingerprints_reset" in reset.stdout
+    assert "discarded the data fingerprints of epochs 0" in reset.stdout
+    # The new fingerprints guard the next resume, without the option.
+    again = train(run_dir, out, *loop)
+    assert steps_here(again) in (TOTAL_STEPS - 25, TOTAL_STEPS - 20)

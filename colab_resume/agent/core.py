@@ -187,6 +187,8 @@ class Agent:
             train_step,
             total_steps=total_steps,
             steps_per_epoch=steps_per_epoch,
+            reset_fingerprints=self.options.reset_data_fingerprints,
+            events=self.events,
         )
         self._drive(
             driver, lambda start, duties: driver.train(start, duties, self.connect())

@@ -31,8 +31,15 @@ from typing import Any
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
-from colab_resume.data import check_fingerprint, epoch_dataset, fingerprint, split_step
+from colab_resume.data import (
+    check_fingerprint,
+    epoch_dataset,
+    fingerprint,
+    restored_fingerprints,
+    split_step,
+)
 from colab_resume.errors import ColabResumeError
+from colab_resume.events import EventLog
 
 
 class StateError(ColabResumeError, ValueError):
@@ -50,6 +57,8 @@ class CustomLoop:
         *,
         total_steps: int,
         steps_per_epoch: int,
+        reset_fingerprints: bool = False,
+        events: EventLog | None = None,
     ) -> None:
         check_callable("build_state", build_state)
         check_callable("make_dataset", make_dataset)
@@ -69,6 +78,8 @@ class CustomLoop:
         self.fingerprints: dict[str, str] = {}
         self.epoch = 0
         self.last_outputs: Any = None  # tensors; converted only when saved or shown
+        self.reset_fingerprints = reset_fingerprints
+        self.events = events
 
     def build(self) -> None:
         state = self.build_state()
@@ -86,7 +97,15 @@ class CustomLoop:
     def restored(self, info: RestoredInfo | None) -> int:
         if info is None:
             return 0
-        self.fingerprints = dict(info.extras.get("fingerprints") or {})
+        # A recovery may restore the same old checkpoint again, so the reset
+        # holds for every restore of this call; it is announced once.
+        events, self.events = self.events, None
+        self.fingerprints = restored_fingerprints(
+            info.extras.get("fingerprints"),
+            reset=self.reset_fingerprints,
+            events=events,
+            step=info.step,
+        )
         return info.step
 
     def snapshot(self) -> tuple[Any, int, dict[str, Any], dict[str, Any]]:
