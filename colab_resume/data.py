@@ -21,7 +21,9 @@ of the pipeline. ``bench/bench_data_skip.py`` measures the difference.
 
 To catch a ``make_dataset`` that is not deterministic (an unseeded
 shuffle), the fingerprint of each epoch's first batch is stored with the
-checkpoint and compared on resume.
+checkpoint and compared on resume. After the pipeline is fixed, the stored
+fingerprints still describe the old one: ``reset_data_fingerprints=True``
+(an Agent option) discards them once, through :func:`restored_fingerprints`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from colab_resume.errors import ColabResumeError
+from colab_resume.events import EventLog
 
 
 class DatasetError(ColabResumeError, ValueError):
@@ -113,7 +116,56 @@ def check_fingerprint(epoch: int, recorded: str | None, current: str) -> None:
             f"make_dataset({epoch}) produced a different first batch than before "
             f"the restart (fingerprint {current} != {recorded}), so resuming "
             f"would train on different data than an uninterrupted run. Make it "
-            f"deterministic per epoch: shuffle with a seed derived from the "
-            f"epoch (ds.shuffle(n, seed=epoch)), avoid unseeded random "
-            f"augmentation, and keep options.deterministic=True."
+            f"deterministic per epoch: build the dataset inside "
+            f"make_dataset(epoch) and shuffle with a seed derived from the "
+            f"epoch (ds.shuffle(n, seed=epoch), or "
+            f"image_dataset_from_directory(..., seed=epoch)); a dataset built "
+            f"once and returned for every epoch reshuffles on each iteration, "
+            f"unless shuffled with reshuffle_each_iteration=False. Avoid "
+            f"unseeded random augmentation and keep options.deterministic=True. "
+            f"Once fixed, the checkpoint still holds the old pipeline's "
+            f"fingerprints: run once with cr.Agent(..., "
+            f"reset_data_fingerprints=True) to record new ones."
         )
+
+
+def restored_fingerprints(
+    saved: Any,
+    *,
+    reset: bool,
+    events: EventLog | None = None,
+    step: int | None = None,
+) -> dict[str, str]:
+    """The fingerprints a restored checkpoint carried, or none when ``reset``.
+
+    Every driver takes its fingerprints through here on restore. With
+    ``reset`` (the ``reset_data_fingerprints`` option) the stored ones are
+    dropped, so the resumed epoch is not checked and its fingerprint is
+    recorded anew from the current ``make_dataset``; an event says so.
+
+    Args:
+        saved: the checkpoint's ``extras["fingerprints"]`` (epoch -> hash).
+        reset: discard them.
+        events: where the reset is announced.
+        step: the restored step, for the event.
+
+    Returns:
+        epoch (as a string) -> fingerprint, to check and extend.
+    """
+    fingerprints = dict(saved) if isinstance(saved, dict) else {}
+    if not reset or not fingerprints:
+        return fingerprints
+    if events is not None:
+        epochs = ", ".join(sorted(fingerprints, key=int))
+        events.emit(
+            "data.fingerprints_reset",
+            f"reset_data_fingerprints=True: discarded the data fingerprints of "
+            f"epochs {epochs} stored with the checkpoint; this session records "
+            f"new ones from the current make_dataset and does not check the "
+            f"resumed epoch against the data trained before. Remove the option "
+            f"once the run has resumed: while it is set, every resume skips "
+            f"this check.",
+            level="warning",
+            step=step,
+        )
+    return {}

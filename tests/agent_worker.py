@@ -2,7 +2,8 @@
 
     python tests/agent_worker.py RUN_DIR OUT.npz [--endpoint URL] [--loop fit|run]
         [--kill-at-step N] [--unavailable-at-step N] [--epochs E] ...
-        [--retry-seconds S] [--step-sleep S] [--takeover] [--run-id ID]
+        [--retry-seconds S] [--step-sleep S] [--takeover] [--run-id ID] [--plain]
+        [--unseeded-shuffle] [--reset-data-fingerprints]
         [--expiring-token] [--events EVENTS.json]
 
 Trains a small Keras model (Dense, Dropout, BatchNormalization, Adam) under a
@@ -46,7 +47,11 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--kill-at-step", type=int)
     parser.add_argument("--unavailable-at-step", type=int)
     parser.add_argument("--unseeded-shuffle", action="store_true")
+    parser.add_argument("--reset-data-fingerprints", action="store_true")
     parser.add_argument("--width", type=int, default=32)
+    # Dense layers only: no Dropout masks or per-replica BatchNorm statistics,
+    # so runs on different replica counts train the same model.
+    parser.add_argument("--plain", action="store_true")
     parser.add_argument("--retry-seconds", type=float, default=120.0)
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--heartbeat-seconds", type=float, default=0.5)
@@ -80,12 +85,19 @@ def main() -> int:
         return ds.batch(BATCH, drop_remainder=True).skip(skip)
 
     def build_model() -> keras.Model:
+        noisy = (
+            []
+            if args.plain
+            else [
+                keras.layers.Dropout(0.25),
+                keras.layers.BatchNormalization(),
+            ]
+        )
         model = keras.Sequential(
             [
                 keras.Input((8,)),
                 keras.layers.Dense(args.width, activation="relu"),
-                keras.layers.Dropout(0.25),
-                keras.layers.BatchNormalization(),
+                *noisy,
                 keras.layers.Dense(1),
             ]
         )
@@ -129,6 +141,7 @@ def main() -> int:
         storage_retry_seconds=args.retry_seconds,
         takeover=args.takeover,
         run_id=args.run_id,
+        reset_data_fingerprints=args.reset_data_fingerprints,
     )
     if args.events:
         import atexit
@@ -140,6 +153,8 @@ def main() -> int:
             seen.append(event)  # all of them: recent() keeps only 500
             if event.kind in ("checkpoint.restored", "checkpoint.committed"):
                 print(f"EVENT {event.kind} step={event.step}", flush=True)
+            if event.kind == "data.fingerprints_reset":
+                print(f"EVENT {event.kind} {event.message}", flush=True)
             if event.kind == "lease.taken":
                 print(f"LEASE {event.data['lease']}", flush=True)
 

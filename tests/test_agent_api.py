@@ -169,6 +169,7 @@ def test_short_dataset_names_steps_per_epoch(tmp_path):
         ({"heartbeat_seconds": -1}, "heartbeat_seconds must be"),
         ({"prefer": "quantum"}, "prefer must be one of"),
         ({"storage_options": "anon"}, "storage_options must be a dict"),
+        ({"reset_data_fingerprints": "yes"}, "reset_data_fingerprints must be True"),
     ],
 )
 def test_bad_options_name_the_field(tmp_path, options, message):

@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+from colab_resume.report.history import read_history
 from colab_resume.storage import Storage
 
 WORKER = os.path.join(os.path.dirname(__file__), "agent_worker.py")
@@ -117,6 +118,46 @@ def test_custom_loop_killed_and_resumed_bitwise(
     assert_bitwise_equal(reference_loop, out)
 
 
+def recorded_losses(run_dir: str) -> dict[int, float]:
+    """The loss the run's history recorded, by step."""
+    points = read_history(Storage(run_dir)).points
+    return {p.step: p.metrics["loss"] for p in points if "loss" in p.metrics}
+
+
+def test_custom_loop_records_the_same_loss_on_1_and_2_replicas(tmp_path):
+    """The recorded loss is the global batch's: per-replica shares are summed."""
+    losses = {}
+    for replicas in (1, 2):
+        run_dir = str(tmp_path / f"run{replicas}")
+        out = str(tmp_path / f"w{replicas}.npz")
+        args = ["--loop", "run", "--plain", "--replicas", str(replicas)]
+        train(run_dir, out, *args)
+        losses[replicas] = recorded_losses(run_dir)
+    assert TOTAL_STEPS in losses[1] and TOTAL_STEPS in losses[2]
+    one, two = losses[1][TOTAL_STEPS], losses[2][TOTAL_STEPS]
+    # Averaging the replicas' shares instead would record half of it.
+    assert two == pytest.approx(one, rel=1e-4), (one, two)
+
+
+def test_session_killed_in_its_first_seconds_leaves_its_history(tmp_path):
+    """A commit brings a history chunk; the session's first one within a tick."""
+    run_dir = str(tmp_path / "run")
+    # The first checkpoint commits after step 5, the kill lands ~2 s later:
+    # long before the 10 s the recorder otherwise keeps between chunks.
+    killed = train(
+        run_dir,
+        str(tmp_path / "w.npz"),
+        *("--step-sleep", "0.1", "--kill-at-step", "25"),
+        expect_rc=-9,
+    )
+    assert "KILLING at step 25" in killed.stdout
+    history = read_history(Storage(run_dir))
+    assert 1 in history.sessions, "no history chunk of the killed session"
+    committed = [e.step for e in history.events if e.kind == "checkpoint.committed"]
+    assert committed and committed[0] == 5
+    assert history.points and history.points[0].lease == 1
+
+
 def test_random_external_kills_then_completed_run_returns_at_once(
     reference_fit, gcs_run_dir, emulator, gcs_options, tmp_path
 ):
@@ -162,3 +203,31 @@ def test_non_deterministic_dataset_is_detected_on_resume(
     )
     assert "NonDeterministicDatasetError" in result.stderr
     assert "shuffle with a seed" in result.stderr
+
+
+def test_fixed_pipeline_resumes_once_fingerprints_are_reset(tmp_path):
+    """After the error, fixing make_dataset is not enough: the checkpoint holds
+    the old pipeline's fingerprints until reset_data_fingerprints=True."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "w.npz")
+    events = str(tmp_path / "events.json")
+    loop = ("--loop", "run")
+    train(
+        run_dir, out, *loop, "--unseeded-shuffle", "--kill-at-step", "15", expect_rc=-9
+    )
+    fixed = train(run_dir, out, *loop, expect_rc=1)  # seeded now, old fingerprints
+    assert "NonDeterministicDatasetError" in fixed.stderr
+    assert "reshuffle_each_iteration=False" in fixed.stderr
+    assert "reset_data_fingerprints=True" in fixed.stderr
+    reset = train(
+        run_dir,
+        out,
+        *loop,
+        *("--reset-data-fingerprints", "--events", events),
+        *("--kill-at-step", "27"),
+        expect_rc=-9,
+    )
+    assert "EVENT data.fingerprints_reset" in reset.stdout
+    assert "discarded the data fingerprints of epochs 0" in reset.stdout
+    # The new fingerprints guard the next resume, without the option.
+    again = train(run_dir, out, *loop)
+    assert steps_here(again) in (TOTAL_STEPS - 25, TOTAL_STEPS - 20)

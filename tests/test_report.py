@@ -101,7 +101,8 @@ def test_recorder_writes_chunks_not_steps(tmp_path):
 
 
 def test_a_checkpoint_commit_brings_the_next_chunk_forward(tmp_path):
-    """History is as durable as the checkpoints: a commit flushes within 10 s."""
+    """History is as durable as the checkpoints: a commit flushes within 10 s,
+    the session's first one at the next tick."""
     now = [0.0]
     storage = Storage(str(tmp_path / "run"))
     events = EventLog()
@@ -122,12 +123,15 @@ def test_a_checkpoint_commit_brings_the_next_chunk_forward(tmp_path):
 
     run_until(3.0)
     events.emit("checkpoint.committed", "committed step 6", step=6)
-    run_until(9.5)
-    assert chunks() == 0  # not before 10 s since the last chunk
-    run_until(10.5)
-    assert chunks() == 1  # long before the 60 s timer
-    run_until(30.0)
-    assert chunks() == 1  # no commit since: back to one a minute
+    run_until(3.5)
+    assert chunks() == 1  # the session's first commit: at the next tick
+    events.emit("checkpoint.committed", "committed step 12", step=12)
+    run_until(13.0)
+    assert chunks() == 1  # not before 10 s since the last chunk
+    run_until(14.0)
+    assert chunks() == 2  # long before the 60 s timer
+    run_until(40.0)
+    assert chunks() == 2  # no commit since: back to one a minute
 
 
 @pytest.mark.tf

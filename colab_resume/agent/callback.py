@@ -4,24 +4,40 @@ For people who keep calling ``model.fit`` themselves::
 
     with strategy.scope():
         model = build_model()
-    start = agent.restore(model)     # takes the run, loads the newest checkpoint
+    start = agent.restore(model, epochs=10)  # takes the run, loads the checkpoint
     model.fit(dataset, epochs=10, initial_epoch=start.initial_epoch,
               callbacks=[agent.callback()])
 
+Training may take several ``model.fit`` calls (a frozen base, then
+fine-tuning), each with its own ``agent.callback()``: ``epochs`` given to
+``restore`` is the whole run's, and the run is completed (``DONE.json``)
+only when a ``fit`` ends that epoch. A ``fit`` that ends earlier leaves a
+checkpoint and the session beating, ready for the next one. Without
+``epochs`` the first ``fit`` that returns normally completes the run.
+
 You get the run directory's checkpoints (async upload, commit, fallback,
 retention), heartbeats, fencing and DONE.json. You do not get in-session
-recovery, nor exact mid-epoch resume: ``fit`` restarts the interrupted
-epoch from its first batch unless your dataset skips ``start.skip``
-batches of that epoch. :meth:`Agent.fit` does all of that for you.
+recovery, nor exact mid-epoch resume unless you ask for it: ``fit``
+restarts the interrupted epoch from its first batch unless your dataset
+skips ``start.skip`` batches of it and that ``fit`` runs the epoch's
+remaining ``steps_per_epoch - start.skip`` batches. :meth:`Agent.fit` does
+all of that for you.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import scalars
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +57,25 @@ class StartPoint:
 
 
 class ModelState:
-    """The driver behind the callback: one user-built model, saved whole."""
+    """The driver behind the callbacks: one user-built model, saved whole.
 
-    def __init__(self, model: Any) -> None:
+    Args:
+        model: the user's compiled model.
+        epochs: the whole run's epochs, over every ``fit`` (None: the end of
+            the first ``fit`` that returns normally).
+        steps_per_epoch: batches of a whole epoch (None: learnt from the
+            checkpoint, else from the first ``fit``).
+    """
+
+    def __init__(
+        self, model: Any, epochs: int | None = None, steps_per_epoch: int | None = None
+    ) -> None:
         self.model = model
+        self.epochs = epochs
         self.epoch = 0
-        self.steps_per_epoch: int | None = None
+        self.steps_per_epoch = steps_per_epoch
+        self.epochs_done = 0  # whole epochs trained, as of the last epoch end
+        self.ended = False  # the session was closed: no more callbacks
         self.last_logs: dict[str, Any] = {}
 
     @property
@@ -58,32 +87,157 @@ class ModelState:
         return self.model, self.epoch, scalars(self.last_logs), extras
 
     def start_point(self, step: int, epoch: int, extras: dict[str, Any]) -> StartPoint:
-        steps = extras.get("steps_per_epoch")
-        if not isinstance(steps, int) or steps < 1 or step == 0:
+        saved = extras.get("steps_per_epoch")
+        if self.steps_per_epoch is None and _positive_int(saved):
+            self.steps_per_epoch = saved
+        steps = self.steps_per_epoch
+        if steps is None or step == 0:
+            self.epochs_done = epoch
             return StartPoint(step=step, initial_epoch=epoch, skip=0)
         epoch, skip = divmod(step, steps)
+        self.epochs_done = epoch
         return StartPoint(step=step, initial_epoch=epoch, skip=skip)
 
+    def begin_fit(self, fit_steps: int | None) -> int:
+        """A ``fit`` of ``fit_steps`` batches an epoch starts; its batch offset.
 
-def make_callback(driver: ModelState, duties: StepDuties, finish: Any) -> Any:
-    """A Keras callback doing the agent's duties after every batch."""
+        A ``fit`` shorter than a whole epoch runs the tail of a resumed one
+        (its first ``start.skip`` batches were trained before): its batches
+        are numbered from that offset, so the steps — and the checkpoints
+        named after them — continue where the run stood.
+        """
+        if self.steps_per_epoch is None:
+            self.steps_per_epoch = fit_steps
+        whole = self.steps_per_epoch
+        if not fit_steps or not whole or fit_steps >= whole:
+            return 0
+        return whole - fit_steps
+
+    def step_of(self, epoch: int, offset: int, batch: int) -> int:
+        return epoch * (self.steps_per_epoch or 0) + offset + batch + 1
+
+    @property
+    def planned_end_reached(self) -> bool:
+        return self.epochs is None or self.epochs_done >= self.epochs
+
+
+def make_callback(
+    driver: ModelState,
+    duties: StepDuties,
+    finish: Callable[[], None],
+    pause_between: Callable[[], None],
+    abort: Callable[[str], None],
+) -> Any:
+    """A Keras callback doing the agent's duties after every batch.
+
+    Args:
+        driver: the lighter path's state, shared by every ``fit``'s callback.
+        duties: the agent's per-step duties.
+        finish: the run ended (planned end, or a stop): close the session.
+        pause_between: a ``fit`` ended before the planned end.
+        abort: ``fit`` left without ``on_train_end`` (it raised); the reason.
+    """
     import keras
 
     class ColabResumeCallback(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.offset = 0
+            self.watch: _FitWatch | None = None
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self.offset = driver.begin_fit(self.params.get("steps"))
+            self.watch = _FitWatch.start(self.model, abort)
+
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             driver.epoch = epoch
-            driver.steps_per_epoch = self.params.get("steps")
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             duties.before_step()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            steps = self.params.get("steps") or 0
             driver.last_logs = dict(logs or {})
-            if duties.after_step(driver.epoch * steps + batch + 1):
+            step = driver.step_of(driver.epoch, self.offset, batch)
+            if step >= (driver.epoch + 1) * (driver.steps_per_epoch or 0):
+                driver.epochs_done = max(driver.epochs_done, driver.epoch + 1)
+            if duties.after_step(step):
                 self.model.stop_training = True
 
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self.offset = 0  # only a resumed epoch's tail is offset
+
         def on_train_end(self, logs: Any = None) -> None:
-            finish()  # fit returned normally: completed, unless stop() was asked
+            if self.watch is not None:
+                self.watch.done()
+            if duties.controls.stop_requested or driver.planned_end_reached:
+                finish()  # completed, unless stop() was asked
+            else:
+                pause_between()
 
     return ColabResumeCallback()
+
+
+class _FitWatch:
+    """Notices a ``model.fit`` that raised: Keras then calls no callback.
+
+    Keras has no hook for an exception inside ``fit``, and in a notebook the
+    process lives on, so the session would go on beating ``training`` for a
+    run nobody trains (and refuse the next cell's session as live). A
+    daemon thread checks twice a second that ``fit``'s frame is still on
+    the training thread's stack; once it is gone without ``on_train_end``,
+    ``abort`` closes the session as failed.
+    """
+
+    POLL_SECONDS = 0.5
+
+    def __init__(self, frame: FrameType, thread_id: int, abort: Callable[[str], None]):
+        self._frame: FrameType | None = frame
+        self._thread_id = thread_id
+        self._abort = abort
+        self._done = threading.Event()
+
+    @classmethod
+    def start(cls, model: Any, abort: Callable[[str], None]) -> _FitWatch | None:
+        frame = _fit_frame(model)
+        if frame is None:
+            log.debug("lighter path: model.fit's frame not found; not watched")
+            return None
+        watch = cls(frame, threading.get_ident(), abort)
+        threading.Thread(
+            target=watch._run, name="colab-resume-fit-watch", daemon=True
+        ).start()
+        return watch
+
+    def done(self) -> None:
+        self._done.set()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.POLL_SECONDS):
+            if not self._fit_running():
+                self._frame = None  # let fit's locals go
+                if not self._done.is_set():
+                    self._abort("model.fit raised (it ended without on_train_end)")
+                return
+        self._frame = None
+
+    def _fit_running(self) -> bool:
+        frame = sys._current_frames().get(self._thread_id)
+        while frame is not None:
+            if frame is self._frame:
+                return True
+            frame = frame.f_back
+        return False
+
+
+def _fit_frame(model: Any) -> FrameType | None:
+    """The frame of the ``model.fit`` call delivering ``on_train_begin``."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

@@ -187,6 +187,8 @@ class Agent:
             train_step,
             total_steps=total_steps,
             steps_per_epoch=steps_per_epoch,
+            reset_fingerprints=self.options.reset_data_fingerprints,
+            events=self.events,
         )
         self._drive(
             driver, lambda start, duties: driver.train(start, duties, self.connect())
@@ -291,21 +293,50 @@ class Agent:
 
     # --- the lighter path: your own model.fit -----------------------------------------
 
-    def restore(self, model: Any) -> StartPoint:
+    def restore(
+        self,
+        model: Any,
+        *,
+        epochs: int | None = None,
+        steps_per_epoch: int | None = None,
+    ) -> StartPoint:
         """Take the run and load its newest checkpoint into ``model``.
 
         For the lighter path (see :mod:`colab_resume.agent.callback`): build
         and compile ``model`` in your strategy scope, call this, then
         ``model.fit(..., initial_epoch=start.initial_epoch,
-        callbacks=[agent.callback()])``. No in-session recovery.
+        callbacks=[agent.callback()])`` — once, or once per training phase.
+        No in-session recovery.
+
+        Args:
+            model: your compiled ``keras.Model``.
+            epochs: the epochs of the whole run, over every ``model.fit``
+                call; ``DONE.json`` is written when a ``fit`` ends this
+                epoch. None: the first ``fit`` that returns normally
+                completes the run.
+            steps_per_epoch: batches of a whole epoch. None: as saved in the
+                checkpoint, else the first ``fit``'s.
 
         Returns:
             Where the model stands: ``step``, ``initial_epoch``, ``skip``.
+
+        Raises:
+            ValueError: ``epochs`` or ``steps_per_epoch`` is not an int >= 1.
         """
+        for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(
+                    f"{name} must be an int >= 1 or None, got {value!r}; e.g. "
+                    f"agent.restore(model, epochs=10) for a run of 10 epochs over "
+                    f"all your model.fit calls."
+                )
         self.controls.reset()
         session, manager = self._take_run()
-        self.telemetry.session_started()
-        driver = ModelState(model)
+        total = epochs * steps_per_epoch if epochs and steps_per_epoch else None
+        self.telemetry.session_started(total, steps_per_epoch)
+        driver = ModelState(model, epochs=epochs, steps_per_epoch=steps_per_epoch)
         try:
             info = manager.restore(model)
         except BaseException as exc:
@@ -322,27 +353,54 @@ class Agent:
     def callback(self) -> Any:
         """A Keras callback: checkpoints and heartbeats for your own ``model.fit``.
 
+        Give each ``model.fit`` call its own. A ``fit`` that raises closes
+        the session as failed.
+
         Raises:
-            RuntimeError: :meth:`restore` was not called first.
+            RuntimeError: :meth:`restore` was not called first, or the
+                session it opened has ended.
         """
-        if self._light is None or self._duties is None:
+        driver = self._light
+        if driver is None or self._duties is None:
             raise RuntimeError(
                 "agent.callback() needs agent.restore(model) first: restore takes "
                 "the run and loads the newest checkpoint into your model."
             )
+        if driver.ended:
+            raise RuntimeError(
+                "the session agent.restore(model) opened has ended (the run "
+                "completed, stopped or failed); call agent.restore(model) again "
+                "to continue it."
+            )
         session, manager = self.session, self.checkpoints
         assert session is not None and manager is not None
         duties = self._duties
+        lock = threading.Lock()  # the fit-watch thread may end it too
 
-        def finish() -> None:
+        def end(closing: Callable[[], None]) -> None:
+            with lock:
+                if driver.ended:
+                    return
+                driver.ended = True
             try:
-                self._finish(None, session, manager)
+                closing()
             finally:
                 self.telemetry.finish()
                 with contextlib.suppress(Exception):
                     manager.close()
 
-        return make_callback(self._light, duties, finish)
+        def finish() -> None:
+            total = driver.epochs * driver.steps_per_epoch if driver.epochs else None
+            end(lambda: self._finish(total, session, manager))
+
+        def pause_between() -> None:
+            # Another fit follows: leave its start committed, keep beating.
+            duties.save(duties.step, reason="fit_end")
+
+        def abort(reason: str) -> None:
+            end(lambda: session.close("failed", error=reason))
+
+        return make_callback(driver, duties, finish, pause_between, abort)
 
     def _train_with_recovery(
         self,

@@ -9,7 +9,18 @@ The user gives three functions:
   it with ``strategy.run`` inside a ``tf.function``, so it sees the
   per-replica slice of the batch and should scale its loss by the global
   batch size (``tf.nn.compute_average_loss``). Scalars it returns (a tensor
-  or a dict of them) are averaged over replicas and shown as metrics.
+  or a dict of them) are recorded as metrics.
+
+Every returned value is **summed** across replicas, as the TensorFlow
+distributed-training tutorial does with
+``strategy.reduce(SUM, per_replica_losses)``: each replica returns its
+share of the global-batch value. A loss scaled by the global batch size
+then sums to the true loss, the same on 1 replica or 8. Return other
+values the same way, as contributions to the global batch (correct
+predictions divided by the global batch size, a count as is); a value that
+is the same on every replica (a learning rate) would come out multiplied
+by the replica count, so divide it by
+``tf.distribute.get_replica_context().num_replicas_in_sync``.
 """
 
 from __future__ import annotations
@@ -20,8 +31,15 @@ from typing import Any
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
-from colab_resume.data import check_fingerprint, epoch_dataset, fingerprint, split_step
+from colab_resume.data import (
+    check_fingerprint,
+    epoch_dataset,
+    fingerprint,
+    restored_fingerprints,
+    split_step,
+)
 from colab_resume.errors import ColabResumeError
+from colab_resume.events import EventLog
 
 
 class StateError(ColabResumeError, ValueError):
@@ -39,6 +57,8 @@ class CustomLoop:
         *,
         total_steps: int,
         steps_per_epoch: int,
+        reset_fingerprints: bool = False,
+        events: EventLog | None = None,
     ) -> None:
         check_callable("build_state", build_state)
         check_callable("make_dataset", make_dataset)
@@ -58,6 +78,8 @@ class CustomLoop:
         self.fingerprints: dict[str, str] = {}
         self.epoch = 0
         self.last_outputs: Any = None  # tensors; converted only when saved or shown
+        self.reset_fingerprints = reset_fingerprints
+        self.events = events
 
     def build(self) -> None:
         state = self.build_state()
@@ -75,7 +97,15 @@ class CustomLoop:
     def restored(self, info: RestoredInfo | None) -> int:
         if info is None:
             return 0
-        self.fingerprints = dict(info.extras.get("fingerprints") or {})
+        # A recovery may restore the same old checkpoint again, so the reset
+        # holds for every restore of this call; it is announced once.
+        events, self.events = self.events, None
+        self.fingerprints = restored_fingerprints(
+            info.extras.get("fingerprints"),
+            reset=self.reset_fingerprints,
+            events=events,
+            step=info.step,
+        )
         return info.step
 
     def snapshot(self) -> tuple[Any, int, dict[str, Any], dict[str, Any]]:
@@ -90,8 +120,10 @@ class CustomLoop:
         @tf.function
         def distributed_step(iterator: Any) -> Any:
             outputs = strategy.run(user_step, args=(state, next(iterator)))
+            # SUM, not MEAN: the replicas' values are shares of the global
+            # batch's (see the module docstring).
             return tf.nest.map_structure(
-                lambda v: strategy.reduce("MEAN", v, axis=None), outputs
+                lambda v: strategy.reduce("SUM", v, axis=None), outputs
             )
 
         step = start_step

@@ -42,6 +42,11 @@ class AgentOptions:
             one whose ``run.json`` names another run is refused
             (``RunMismatchError``) before anything is written. None (the
             default) continues whatever run the directory holds.
+        reset_data_fingerprints: on resume, discard the data fingerprints
+            stored with the checkpoint and record new ones, instead of
+            raising ``NonDeterministicDatasetError``: for the one run after
+            fixing a non-deterministic ``make_dataset``. An event says what
+            was discarded.
     """
 
     save_every_steps: int | None = None
@@ -61,6 +66,7 @@ class AgentOptions:
     lifetime_seconds: float | None = DEFAULT_LIFETIME_SECONDS
     storage_retry_seconds: float = 120.0
     run_id: str | None = None
+    reset_data_fingerprints: bool = False
 
     def __post_init__(self) -> None:
         if self.save_every_steps is None and self.save_every_seconds is None:
@@ -92,6 +98,12 @@ class AgentOptions:
             )
         if not isinstance(self.takeover, bool):
             raise ValueError(f"takeover must be True or False, got {self.takeover!r}.")
+        if not isinstance(self.reset_data_fingerprints, bool):
+            raise ValueError(
+                f"reset_data_fingerprints must be True or False, got "
+                f"{self.reset_data_fingerprints!r}; set it True for one run after "
+                f"fixing a non-deterministic make_dataset."
+            )
         if self.storage_options is not None and not isinstance(
             self.storage_options, dict
         ):

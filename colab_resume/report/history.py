@@ -15,8 +15,10 @@ Each chunk holds the metric samples and the events since the previous one:
 ```
 
 The agent samples metrics at most once a second (from the panel tick),
-and writes a chunk every ``flush_seconds`` and at the end of the session,
-on a background thread — never per step, never blocking training. A
+and writes a chunk every ``flush_seconds``, soon after a checkpoint commits
+(at the next tick after the session's first commit, then at most one per
+10 s) and at the end of the session, on a background thread — never per
+step, never blocking training. A
 session that dies loses at most its last unwritten chunk: the report then
 shows that session ending at its last chunk.
 
@@ -141,6 +143,7 @@ class HistoryRecorder:
         self._seq = 0
         self._next_flush = monotonic() + flush_seconds
         self._last_flush = monotonic()
+        self._committed_before = False  # has this session committed a checkpoint?
         self._writer: threading.Thread | None = None
         self.failures = 0
         events.subscribe(self._on_event)
@@ -151,6 +154,7 @@ class HistoryRecorder:
             if (self._storage, self._lease) != (storage, lease):
                 self._seq = 0
             self._storage, self._lease, self._session_id = storage, lease, session_id
+        self._committed_before = False
         self._next_flush = self._monotonic() + self.flush_seconds
 
     def sample(self, step: int, metrics: dict[str, Any]) -> None:
@@ -227,8 +231,14 @@ class HistoryRecorder:
         if event.kind == "checkpoint.committed":
             # Keep the history as durable as the training state: a session
             # killed outright then loses only what its checkpoint loses too.
-            # (Written at the next tick, at most one chunk per 10 s.)
-            soon = self._last_flush + COMMIT_FLUSH_MIN_SECONDS
+            # (Written at the next tick, at most one chunk per 10 s — except
+            # after the session's first commit: a session killed in its first
+            # seconds would otherwise have committed work and no history.)
+            if self._committed_before:
+                soon = self._last_flush + COMMIT_FLUSH_MIN_SECONDS
+            else:
+                soon = self._monotonic()
+                self._committed_before = True
             self._next_flush = min(self._next_flush, soon)
         if event.kind in QUIET_KINDS:
             return
