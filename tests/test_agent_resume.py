@@ -205,12 +205,13 @@ def test_non_deterministic_dataset_is_detected_on_resume(
     assert "shuffle with a seed" in result.stderr
 
 
-def test_fixed_pipeline_resumes_once_fingerprints_are_reset(tmp_path):
+@pytest.mark.parametrize("driver", ["run", "fit"])
+def test_fixed_pipeline_resumes_once_fingerprints_are_reset(tmp_path, driver):
     """After the error, fixing make_dataset is not enough: the checkpoint holds
     the old pipeline's fingerprints until reset_data_fingerprints=True."""
     run_dir, out = str(tmp_path / "run"), str(tmp_path / "w.npz")
     events = str(tmp_path / "events.json")
-    loop = ("--loop", "run")
+    loop = ("--loop", driver)
     train(
         run_dir, out, *loop, "--unseeded-shuffle", "--kill-at-step", "15", expect_rc=-9
     )

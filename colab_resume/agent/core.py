@@ -159,6 +159,8 @@ class Agent:
             warn=lambda message: self.events.emit(
                 "fit.warning", message, level="warning"
             ),
+            reset_fingerprints=self.options.reset_data_fingerprints,
+            events=self.events,
         )
         self._drive(driver, lambda start, duties: driver.train(start, duties))
         self.model = driver.model

@@ -34,9 +34,11 @@ from colab_resume.data import (
     check_fingerprint,
     epoch_dataset,
     fingerprint,
+    restored_fingerprints,
     split_step,
 )
 from colab_resume.errors import ColabResumeError
+from colab_resume.events import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ class KerasFit:
         validation_freq: int = 1,
         class_weight: dict[int, float] | None = None,
         warn: Callable[[str], None] | None = None,
+        reset_fingerprints: bool = False,
+        events: EventLog | None = None,
     ) -> None:
         check_callable("build_model", build_model)
         check_callable("make_dataset", make_dataset)
@@ -82,6 +86,8 @@ class KerasFit:
             "class_weight": class_weight,
         }
         self.warn = warn or (lambda message: log.warning("%s", message))
+        self.reset_fingerprints = reset_fingerprints
+        self.events = events  # announces a fingerprint reset, once
         for warning in callback_state.check_callbacks(self.user_callbacks):
             self.warn(warning)
         self.model: Any = None
@@ -145,7 +151,15 @@ class KerasFit:
             return 0
         saved = info.extras.get("history") or {}
         self.history = _new_history(saved.get("epoch"), saved.get("history"))
-        self.fingerprints = dict(info.extras.get("fingerprints") or {})
+        # A recovery may restore the same old checkpoint again, so the reset
+        # holds for every restore of this call; it is announced once.
+        events, self.events = self.events, None
+        self.fingerprints = restored_fingerprints(
+            info.extras.get("fingerprints"),
+            reset=self.reset_fingerprints,
+            events=events,
+            step=info.step,
+        )
         self.last_logs = dict(info.metrics or {})
         self.callback_states = info.extras.get("callbacks")
         self.metric_state = info.extras.get("metric_state")
