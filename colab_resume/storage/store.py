@@ -32,6 +32,7 @@ from colab_resume.errors import (
     BucketNotFoundError,
     CorruptRecordError,
     PermissionDeniedError,
+    UnsafePathError,
     UnsupportedURLError,
 )
 from colab_resume.redact import redact
@@ -115,6 +116,11 @@ class Storage:
             ``token=``, ``endpoint_url=``, ``project=``...).
         retry: retry budget for transient faults.
         on_retry: told about each retried fault (for events).
+
+    In a local run directory no path below the run directory may be a
+    symlink, and no record path a directory: both raise
+    :class:`~colab_resume.errors.UnsafePathError` rather than being followed
+    (a symlinked ``history/`` would make every write land outside).
     """
 
     def __init__(
@@ -154,8 +160,52 @@ class Storage:
         return self.root.split("/", 1)[0] if self.is_gcs else None
 
     def full(self, rel: str) -> str:
-        """Filesystem path of ``rel`` (relative to the run directory)."""
-        return f"{self.root}/{rel}" if rel else self.root
+        """Filesystem path of ``rel`` (relative to the run directory).
+
+        Raises:
+            UnsafePathError: locally, a part of ``rel`` is a symlink.
+        """
+        if not rel:
+            return self.root
+        if self.protocol == "file":
+            self._refuse_links(rel)
+        return f"{self.root}/{rel}"
+
+    def _refuse_links(self, rel: str) -> None:
+        """Refuse a symlink anywhere below the (local) run directory.
+
+        The run directory itself may be a link; what is inside it is the
+        protocol's, and a link there would send writes and deletions (of
+        retention) to wherever it points.
+        """
+        path = self.root
+        for part in rel.strip("/").split("/"):
+            path = os.path.join(path, part)
+            if os.path.islink(path):
+                raise UnsafePathError(
+                    f"{path} is a symbolic link inside the run directory "
+                    f"{self.url}; colab_resume never follows links there, so "
+                    f"that nothing is written or deleted outside it. Remove the "
+                    f"link (`rm {path}`; move what you need from where it points "
+                    f"first), or to keep the run on another disk point run_dir "
+                    f"there or link the run directory itself."
+                )
+
+    def _record_path(self, rel: str) -> str:
+        """Filesystem path of the record ``rel``; refuses a local directory there.
+
+        Sessions create records as files, atomically: a directory in a
+        record's place is damage. Read, it would crash the reader
+        (IsADirectoryError); created, it would look like a lost race.
+        """
+        path = self.full(rel)
+        if self.protocol == "file" and os.path.isdir(path):
+            raise UnsafePathError(
+                f"{path} is a directory where colab_resume keeps a record (a "
+                f"file); no session makes that, so it is damage. Remove it "
+                f"(`rm -r {path}`) to let the run use that name."
+            )
+        return path
 
     def __repr__(self) -> str:
         return f"Storage({self.url!r})"
@@ -307,8 +357,10 @@ class Storage:
     def exists(self, rel: str) -> bool:
         """Whether the object ``rel`` exists (objects only, not "directories")."""
         if not self.is_gcs:
+            # A local directory is not an object, as a GCS "folder" is not.
+            path = self.full(rel)
             return self._call(
-                f"check {rel}", lambda limit: self.fs.exists(self.full(rel), **limit)
+                f"check {rel}", lambda limit: self.fs.isfile(path, **limit)
             )
         # One metadata GET. gcsfs's exists() also probes for a "directory" of
         # that name, tripling the cost of the fence check made every beat.
@@ -329,7 +381,7 @@ class Storage:
         Raises:
             FileNotFoundError: no such object.
         """
-        path = self.full(rel)
+        path = self._record_path(rel)
         if max_bytes is None:
             return self._call(
                 f"read {rel}", lambda limit: self.fs.cat_file(path, **limit)
@@ -364,9 +416,8 @@ class Storage:
 
     def info(self, rel: str) -> ObjectInfo:
         """Metadata of one object. Raises FileNotFoundError if absent."""
-        raw = self._call(
-            f"stat {rel}", lambda limit: self.fs.info(self.full(rel), **limit)
-        )
+        path = self._record_path(rel)
+        raw = self._call(f"stat {rel}", lambda limit: self.fs.info(path, **limit))
         return self._object_info(raw)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
@@ -399,9 +450,10 @@ class Storage:
 
     def get_file(self, rel: str, local_path: str) -> None:
         """Download one object to a local file."""
+        path = self.full(rel)
         self._call(
             f"download {rel}",
-            lambda limit: self.fs.get_file(self.full(rel), local_path, **limit),
+            lambda limit: self.fs.get_file(path, local_path, **limit),
         )
 
     # --- writing ------------------------------------------------------------
@@ -413,7 +465,7 @@ class Storage:
             create_only: fail with FileExistsError if the object exists
                 (GCS ``ifGenerationMatch=0``; locally an atomic hard link).
         """
-        path = self.full(rel)
+        path = self._record_path(rel)
         verb = "create" if create_only else "write"
         if self.protocol == "file":
             self._call(f"{verb} {rel}", lambda _: _local_write(path, data, create_only))
@@ -456,17 +508,19 @@ class Storage:
 
     def put_file(self, local_path: str, rel: str) -> None:
         """Upload one local file (not atomic on its own: commit with a marker)."""
+        path = self.full(rel)
         self._call(
             f"upload {rel}",
-            lambda limit: self.fs.put_file(local_path, self.full(rel), **limit),
+            lambda limit: self.fs.put_file(local_path, path, **limit),
         )
 
     def delete(self, rel: str) -> None:
         """Delete one object; deleting what is already gone is not an error."""
+        path = self.full(rel)
 
         def rm(limit: Limit) -> None:
             try:
-                self.fs.rm_file(self.full(rel), **limit)
+                self.fs.rm_file(path, **limit)
             except FileNotFoundError:
                 pass
 
