@@ -50,6 +50,10 @@ class UnsafePathError(CorruptRecordError):
     """
 
 
+class TooManyObjectsError(StorageError):
+    """A listing of the run directory found more objects than the run makes."""
+
+
 # --- run ownership ----------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ from colab_resume.errors import (
     BucketNotFoundError,
     CorruptRecordError,
     PermissionDeniedError,
+    TooManyObjectsError,
     UnsafePathError,
     UnsupportedURLError,
 )
@@ -49,6 +50,10 @@ Limit = dict[str, float]  # keyword arguments that bound one fsspec call
 GCS_PROTOCOLS = ("gs", "gcs")
 # Object metadata key naming the write call that created a create-only object.
 WRITE_ID_KEY = "colab-resume-write-id"
+# A run makes a few objects per checkpoint, lease and history chunk; a
+# listing far beyond that is not the run's, and would cost minutes and
+# gigabytes in every reader.
+MAX_LIST_OBJECTS = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +121,8 @@ class Storage:
             ``token=``, ``endpoint_url=``, ``project=``...).
         retry: retry budget for transient faults.
         on_retry: told about each retried fault (for events).
+        max_list_objects: most objects one listing may return; more raise
+            :class:`~colab_resume.errors.TooManyObjectsError`.
 
     In a local run directory no path below the run directory may be a
     symlink, and no record path a directory: both raise
@@ -130,7 +137,16 @@ class Storage:
         *,
         retry: RetryPolicy | None = None,
         on_retry: RetryHook | None = None,
+        max_list_objects: int = MAX_LIST_OBJECTS,
     ) -> None:
+        if isinstance(max_list_objects, bool) or not (
+            isinstance(max_list_objects, int) and max_list_objects > 0
+        ):
+            raise ValueError(
+                f"max_list_objects must be a positive integer, got "
+                f"{max_list_objects!r}; the default is {MAX_LIST_OBJECTS}."
+            )
+        self.max_list_objects = max_list_objects
         self.url = os.fspath(url)
         self.protocol, self.root = split_url(self.url)
         self.retry = retry or RetryPolicy()
@@ -421,7 +437,11 @@ class Storage:
         return self._object_info(raw)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
-        """All objects under ``prefix`` (recursively), sorted by path."""
+        """All objects under ``prefix`` (recursively), sorted by path.
+
+        Raises:
+            TooManyObjectsError: more than ``max_list_objects`` of them.
+        """
         path = self.full(prefix)
 
         def find(limit: Limit) -> dict:
@@ -431,12 +451,30 @@ class Storage:
                 return {}
 
         found = self._call(f"list {prefix or '/'}", find)
+        if len(found) > self.max_list_objects:
+            raise self._too_many(prefix, found)
         objects = (self._object_info(raw) for raw in found.values())
         # Skip the temporary files of local writes still in progress.
         visible = (
             o for o in objects if not o.path.rsplit("/", 1)[-1].startswith(".tmp-")
         )
         return sorted(visible, key=lambda item: item.path)
+
+    def _too_many(self, prefix: str, found: dict) -> TooManyObjectsError:
+        folders: dict[str, int] = {}
+        for name in found:
+            rel = name.removeprefix(self.root + "/")
+            top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
+            folders[top] = folders.get(top, 0) + 1
+        biggest = sorted(folders.items(), key=lambda item: -item[1])[:3]
+        where = ", ".join(f"{folder}: {count}" for folder, count in biggest)
+        return TooManyObjectsError(
+            f"{self.url} holds more than {self.max_list_objects} objects under "
+            f"{prefix or '/'} ({where}); a run makes a few per checkpoint, lease "
+            f"and history chunk. Delete what does not belong to the run, most "
+            f"likely under {self.url}/{biggest[0][0]}, (`colab-resume prune` "
+            f"removes old checkpoints), or pass a larger max_list_objects."
+        )
 
     def _object_info(self, raw: dict) -> ObjectInfo:
         name = raw["name"]
