@@ -42,6 +42,18 @@ class CorruptRecordError(StorageError, ValueError):
     """A record in the run directory is unreadable (bad JSON, too big, bad types)."""
 
 
+class UnsafePathError(CorruptRecordError):
+    """A local run directory holds a symlink, or a directory where a record belongs.
+
+    colab_resume never follows a link inside the run directory (a write
+    through it would land outside) and never treats a directory as a record.
+    """
+
+
+class TooManyObjectsError(StorageError):
+    """A listing of the run directory found more objects than the run makes."""
+
+
 # --- run ownership ----------------------------------------------------------
 
 

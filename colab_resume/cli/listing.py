@@ -8,7 +8,7 @@ from typing import Any
 
 from colab_resume import rundir
 from colab_resume.checkpoint import catalog
-from colab_resume.errors import CorruptRecordError
+from colab_resume.errors import CorruptRecordError, UnsafePathError
 from colab_resume.heartbeat.lease import list_leases, read_lease
 from colab_resume.heartbeat.records import BeatRecord, RunRecord, parse
 from colab_resume.storage import Storage
@@ -50,6 +50,7 @@ def collect(storage: Storage) -> dict[str, Any]:
             except (CorruptRecordError, FileNotFoundError) as exc:
                 entry["heartbeat"] = {"error": str(exc)}
         out["leases"].append(entry)
+    _report_blocked_names(storage, out["leases"])
     out["checkpoints"] = [
         {
             "step": entry.name.step,
@@ -64,6 +65,32 @@ def collect(storage: Storage) -> dict[str, Any]:
     ]
     out["done"] = any(o.path == rundir.DONE_RECORD for o in objects)
     return out
+
+
+def _report_blocked_names(storage: Storage, leases: list[dict[str, Any]]) -> None:
+    """Add what a listing of objects cannot show: a directory in a record's place.
+
+    Only two such names matter: the holder's heartbeat, and the next lease,
+    which no session can take while a directory sits there.
+    """
+    if leases and "heartbeat" not in leases[-1]:
+        error = _directory_in_place(storage, rundir.heartbeat_path(leases[-1]["lease"]))
+        if error:
+            leases[-1]["heartbeat"] = {"error": error}
+    following = (leases[-1]["lease"] if leases else 0) + 1
+    error = _directory_in_place(storage, rundir.lease_path(following))
+    if error:
+        leases.append({"lease": following, "error": error})
+
+
+def _directory_in_place(storage: Storage, rel: str) -> str | None:
+    try:
+        storage.info(rel)
+    except UnsafePathError as exc:
+        return str(exc)
+    except FileNotFoundError:
+        pass
+    return None
 
 
 def render(listing: dict[str, Any]) -> str:

@@ -6,7 +6,8 @@ this package, a person with an editor, or damage may have written them.
 :data:`RANGES`, and raises :class:`~colab_resume.errors.CorruptRecordError`
 naming the object and the field, instead of letting a ``KeyError`` escape
 from deep inside — or a lease that promises to beat once a century keep
-its run ALIVE forever.
+its run ALIVE forever. String fields are cut to
+:data:`~colab_resume.storage.records.MAX_TEXT_CHARS` characters.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from colab_resume.storage.records import (
     YEAR,
     number,
     short,
+    text,
 )
 
 R = TypeVar("R")
@@ -123,7 +125,9 @@ def to_json(record: Any) -> dict[str, Any]:
 def parse(cls: type[R], data: dict[str, Any], where: str) -> R:
     """Build record ``cls`` from untrusted JSON ``data`` read from ``where``.
 
-    Unknown keys are ignored (newer writers may add fields).
+    Unknown keys are ignored (newer writers may add fields). Strings longer
+    than :data:`~colab_resume.storage.records.MAX_TEXT_CHARS` are cut, with
+    a marker saying how much.
 
     Raises:
         CorruptRecordError: a field is missing, has the wrong type, or a
@@ -154,6 +158,8 @@ def parse(cls: type[R], data: dict[str, Any], where: str) -> R:
                 value, where, field.name, low=low, high=high, integer=integer
             )
             value = value if integer else float(value)
+        if isinstance(value, str):
+            value = text(value)
         values[field.name] = value
     record = cls(**values)
     state = getattr(record, "state", None)

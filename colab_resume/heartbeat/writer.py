@@ -27,6 +27,7 @@ from colab_resume.heartbeat.records import (
 )
 from colab_resume.redact import redact
 from colab_resume.storage import RetryPolicy, Storage
+from colab_resume.storage.records import text
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class HeartbeatWriter:
         if state is not None and state not in HOLDER_STATES:
             raise ValueError(f"state must be one of {HOLDER_STATES}, got {state!r}")
         if isinstance(fields.get("error"), str):  # the beat is shared storage
-            fields["error"] = redact(fields["error"])
+            fields["error"] = text(redact(fields["error"]))
         with self._lock:
             if "step" in fields and fields["step"] != self._fields["step"]:
                 self._progress_at = self._clock()

@@ -11,7 +11,8 @@ depth, number magnitude — and raises one error,
 
 :func:`number` is the one check for a numeric field's range: finite, and
 within bounds that say what the protocol allows (timings of at most a
-day, timestamps before year 3000...).
+day, timestamps before year 3000...). :func:`text` is the one cap on a
+string field's length.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ MAX_DEPTH = 64
 # Steps, leases, sizes and beats fit in 64 bits; a longer integer is not ours.
 MAX_INT_DIGITS = 19
 MAX_INT = 2**63 - 1
+
+# Host names, session ids and accelerators are short; an error is one
+# exception's message. Longer text is cut, not refused: a holder that
+# failed with a long message must still read as FAILED.
+MAX_TEXT_CHARS = 4096
+TRUNCATED = "... [cut: {} more characters]"
 
 # Ranges of protocol fields, in seconds.
 DAY = 86_400.0
@@ -119,6 +126,13 @@ def number(
             f"hostile; delete it."
         )
     return value
+
+
+def text(value: str) -> str:
+    """``value`` cut to :data:`MAX_TEXT_CHARS` characters, marked when cut."""
+    if len(value) <= MAX_TEXT_CHARS:
+        return value
+    return value[:MAX_TEXT_CHARS] + TRUNCATED.format(len(value) - MAX_TEXT_CHARS)
 
 
 def short(value: Any) -> str:

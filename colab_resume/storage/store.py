@@ -32,6 +32,8 @@ from colab_resume.errors import (
     BucketNotFoundError,
     CorruptRecordError,
     PermissionDeniedError,
+    TooManyObjectsError,
+    UnsafePathError,
     UnsupportedURLError,
 )
 from colab_resume.redact import redact
@@ -48,6 +50,10 @@ Limit = dict[str, float]  # keyword arguments that bound one fsspec call
 GCS_PROTOCOLS = ("gs", "gcs")
 # Object metadata key naming the write call that created a create-only object.
 WRITE_ID_KEY = "colab-resume-write-id"
+# A run makes a few objects per checkpoint, lease and history chunk; a
+# listing far beyond that is not the run's, and would cost minutes and
+# gigabytes in every reader.
+MAX_LIST_OBJECTS = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +121,13 @@ class Storage:
             ``token=``, ``endpoint_url=``, ``project=``...).
         retry: retry budget for transient faults.
         on_retry: told about each retried fault (for events).
+        max_list_objects: most objects one listing may return; more raise
+            :class:`~colab_resume.errors.TooManyObjectsError`.
+
+    In a local run directory no path below the run directory may be a
+    symlink, and no record path a directory: both raise
+    :class:`~colab_resume.errors.UnsafePathError` rather than being followed
+    (a symlinked ``history/`` would make every write land outside).
     """
 
     def __init__(
@@ -124,7 +137,16 @@ class Storage:
         *,
         retry: RetryPolicy | None = None,
         on_retry: RetryHook | None = None,
+        max_list_objects: int = MAX_LIST_OBJECTS,
     ) -> None:
+        if isinstance(max_list_objects, bool) or not (
+            isinstance(max_list_objects, int) and max_list_objects > 0
+        ):
+            raise ValueError(
+                f"max_list_objects must be a positive integer, got "
+                f"{max_list_objects!r}; the default is {MAX_LIST_OBJECTS}."
+            )
+        self.max_list_objects = max_list_objects
         self.url = os.fspath(url)
         self.protocol, self.root = split_url(self.url)
         self.retry = retry or RetryPolicy()
@@ -154,8 +176,52 @@ class Storage:
         return self.root.split("/", 1)[0] if self.is_gcs else None
 
     def full(self, rel: str) -> str:
-        """Filesystem path of ``rel`` (relative to the run directory)."""
-        return f"{self.root}/{rel}" if rel else self.root
+        """Filesystem path of ``rel`` (relative to the run directory).
+
+        Raises:
+            UnsafePathError: locally, a part of ``rel`` is a symlink.
+        """
+        if not rel:
+            return self.root
+        if self.protocol == "file":
+            self._refuse_links(rel)
+        return f"{self.root}/{rel}"
+
+    def _refuse_links(self, rel: str) -> None:
+        """Refuse a symlink anywhere below the (local) run directory.
+
+        The run directory itself may be a link; what is inside it is the
+        protocol's, and a link there would send writes and deletions (of
+        retention) to wherever it points.
+        """
+        path = self.root
+        for part in rel.strip("/").split("/"):
+            path = os.path.join(path, part)
+            if os.path.islink(path):
+                raise UnsafePathError(
+                    f"{path} is a symbolic link inside the run directory "
+                    f"{self.url}; colab_resume never follows links there, so "
+                    f"that nothing is written or deleted outside it. Remove the "
+                    f"link (`rm {path}`; move what you need from where it points "
+                    f"first), or to keep the run on another disk point run_dir "
+                    f"there or link the run directory itself."
+                )
+
+    def _record_path(self, rel: str) -> str:
+        """Filesystem path of the record ``rel``; refuses a local directory there.
+
+        Sessions create records as files, atomically: a directory in a
+        record's place is damage. Read, it would crash the reader
+        (IsADirectoryError); created, it would look like a lost race.
+        """
+        path = self.full(rel)
+        if self.protocol == "file" and os.path.isdir(path):
+            raise UnsafePathError(
+                f"{path} is a directory where colab_resume keeps a record (a "
+                f"file); no session makes that, so it is damage. Remove it "
+                f"(`rm -r {path}`) to let the run use that name."
+            )
+        return path
 
     def __repr__(self) -> str:
         return f"Storage({self.url!r})"
@@ -307,8 +373,10 @@ class Storage:
     def exists(self, rel: str) -> bool:
         """Whether the object ``rel`` exists (objects only, not "directories")."""
         if not self.is_gcs:
+            # A local directory is not an object, as a GCS "folder" is not.
+            path = self.full(rel)
             return self._call(
-                f"check {rel}", lambda limit: self.fs.exists(self.full(rel), **limit)
+                f"check {rel}", lambda limit: self.fs.isfile(path, **limit)
             )
         # One metadata GET. gcsfs's exists() also probes for a "directory" of
         # that name, tripling the cost of the fence check made every beat.
@@ -329,7 +397,7 @@ class Storage:
         Raises:
             FileNotFoundError: no such object.
         """
-        path = self.full(rel)
+        path = self._record_path(rel)
         if max_bytes is None:
             return self._call(
                 f"read {rel}", lambda limit: self.fs.cat_file(path, **limit)
@@ -364,13 +432,16 @@ class Storage:
 
     def info(self, rel: str) -> ObjectInfo:
         """Metadata of one object. Raises FileNotFoundError if absent."""
-        raw = self._call(
-            f"stat {rel}", lambda limit: self.fs.info(self.full(rel), **limit)
-        )
+        path = self._record_path(rel)
+        raw = self._call(f"stat {rel}", lambda limit: self.fs.info(path, **limit))
         return self._object_info(raw)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
-        """All objects under ``prefix`` (recursively), sorted by path."""
+        """All objects under ``prefix`` (recursively), sorted by path.
+
+        Raises:
+            TooManyObjectsError: more than ``max_list_objects`` of them.
+        """
         path = self.full(prefix)
 
         def find(limit: Limit) -> dict:
@@ -380,12 +451,30 @@ class Storage:
                 return {}
 
         found = self._call(f"list {prefix or '/'}", find)
+        if len(found) > self.max_list_objects:
+            raise self._too_many(prefix, found)
         objects = (self._object_info(raw) for raw in found.values())
         # Skip the temporary files of local writes still in progress.
         visible = (
             o for o in objects if not o.path.rsplit("/", 1)[-1].startswith(".tmp-")
         )
         return sorted(visible, key=lambda item: item.path)
+
+    def _too_many(self, prefix: str, found: dict) -> TooManyObjectsError:
+        folders: dict[str, int] = {}
+        for name in found:
+            rel = name.removeprefix(self.root + "/")
+            top = rel.split("/", 1)[0] + ("/" if "/" in rel else "")
+            folders[top] = folders.get(top, 0) + 1
+        biggest = sorted(folders.items(), key=lambda item: -item[1])[:3]
+        where = ", ".join(f"{folder}: {count}" for folder, count in biggest)
+        return TooManyObjectsError(
+            f"{self.url} holds more than {self.max_list_objects} objects under "
+            f"{prefix or '/'} ({where}); a run makes a few per checkpoint, lease "
+            f"and history chunk. Delete what does not belong to the run, most "
+            f"likely under {self.url}/{biggest[0][0]}, (`colab-resume prune` "
+            f"removes old checkpoints), or pass a larger max_list_objects."
+        )
 
     def _object_info(self, raw: dict) -> ObjectInfo:
         name = raw["name"]
@@ -399,9 +488,10 @@ class Storage:
 
     def get_file(self, rel: str, local_path: str) -> None:
         """Download one object to a local file."""
+        path = self.full(rel)
         self._call(
             f"download {rel}",
-            lambda limit: self.fs.get_file(self.full(rel), local_path, **limit),
+            lambda limit: self.fs.get_file(path, local_path, **limit),
         )
 
     # --- writing ------------------------------------------------------------
@@ -413,7 +503,7 @@ class Storage:
             create_only: fail with FileExistsError if the object exists
                 (GCS ``ifGenerationMatch=0``; locally an atomic hard link).
         """
-        path = self.full(rel)
+        path = self._record_path(rel)
         verb = "create" if create_only else "write"
         if self.protocol == "file":
             self._call(f"{verb} {rel}", lambda _: _local_write(path, data, create_only))
@@ -456,17 +546,19 @@ class Storage:
 
     def put_file(self, local_path: str, rel: str) -> None:
         """Upload one local file (not atomic on its own: commit with a marker)."""
+        path = self.full(rel)
         self._call(
             f"upload {rel}",
-            lambda limit: self.fs.put_file(local_path, self.full(rel), **limit),
+            lambda limit: self.fs.put_file(local_path, path, **limit),
         )
 
     def delete(self, rel: str) -> None:
         """Delete one object; deleting what is already gone is not an error."""
+        path = self.full(rel)
 
         def rm(limit: Limit) -> None:
             try:
-                self.fs.rm_file(self.full(rel), **limit)
+                self.fs.rm_file(path, **limit)
             except FileNotFoundError:
                 pass
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.storage import Storage
@@ -41,6 +42,24 @@ def cli(emulator, *args: str, timeout: float = 120) -> subprocess.CompletedProce
     )
 
 
+def local_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m colab_resume ARGS`` on a local run directory, in its own process."""
+    return subprocess.run(
+        [sys.executable, "-m", "colab_resume", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def crashed(result: subprocess.CompletedProcess) -> bool:
     """Whether a CLI process died on an uncaught exception."""
     return "Traceback" in result.stderr
+
+
+def wait_for(condition, timeout: float = 20.0) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s"
+        time.sleep(0.05)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hostile_tools import cli, crashed, stopped_run
+from hostile_tools import cli, crashed, local_cli, stopped_run
 
 from colab_resume.errors import CorruptRecordError
 from colab_resume.heartbeat import RunSession, SessionOptions
@@ -77,3 +77,30 @@ def test_readers_and_takeover_survive_records_that_crash_json(
     session = RunSession.open(storage, options)
     assert session.lease == 2
     session.close()
+
+
+def test_long_strings_in_leases_and_beats_are_cut_and_marked(tmp_path):
+    """A 100,000-character host or error is cut to 4 KiB, not refused.
+
+    Cut, because an error is one exception's message and may be long: a
+    holder that failed on it must still read as FAILED, with the start of
+    its message.
+    """
+    url = str(tmp_path / "run")
+    storage = stopped_run(url, {})
+    lease = storage.read_json("lease/00000001.json")
+    lease["host"] = "h" * 100_000
+    storage.write_json("lease/00000001.json", lease)
+    beat = storage.read_json("heartbeat/00000001.json")
+    beat.update(state="failed", error="E" * 100_000, accelerator="a" * 100_000)
+    storage.write_json("heartbeat/00000001.json", beat)
+
+    status = local_cli("status", url, "--json")
+    assert status.returncode == 0 and not crashed(status), status.stderr
+    judged = json.loads(status.stdout)
+    assert judged["state"] == "FAILED", judged
+    for field in ("host", "accelerator"):
+        assert judged[field].endswith("[cut: 95904 more characters]"), field
+        assert len(judged[field]) < 4_200
+    assert "E" * 4096 + "... [cut: 95904" in judged["detail"]
+    assert len(judged["detail"]) < 5_000
