@@ -78,12 +78,6 @@ def main() -> int:
     from colab_resume.agent import Agent
     from colab_resume.agent.steps import StepDuties
 
-    # Multi-threaded CPU reductions can round a reported loss differently in
-    # the last bit from one process to the next (gradients are not affected);
-    # one thread makes the metrics of every process bitwise too. (Set before
-    # anything starts TensorFlow's runtime.)
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
     keras.utils.set_random_seed(11)
     tf.config.experimental.enable_op_determinism()
     os.makedirs(args.out_dir, exist_ok=True)
