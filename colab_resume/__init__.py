@@ -5,6 +5,17 @@ Importing this package never imports TensorFlow.
 
 from colab_resume._version import __version__
 from colab_resume.agent import Agent, AgentOptions
+from colab_resume.checkpoint.errors import (
+    NoValidCheckpointError,
+    StructureMismatchError,
+)
+from colab_resume.data import NonDeterministicDatasetError
+from colab_resume.errors import (
+    ColabResumeError,
+    FencedError,
+    RunInUseError,
+    StorageUnavailableError,
+)
 from colab_resume.events import Event, EventLog
 from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions
 from colab_resume.panel import panel
@@ -14,11 +25,18 @@ from colab_resume.storage import authenticate
 __all__ = [
     "Agent",
     "AgentOptions",
+    "ColabResumeError",
     "Event",
     "EventLog",
+    "FencedError",
+    "NoValidCheckpointError",
+    "NonDeterministicDatasetError",
+    "RunInUseError",
     "RunSession",
     "RunStatus",
     "SessionOptions",
+    "StorageUnavailableError",
+    "StructureMismatchError",
     "__version__",
     "authenticate",
     "inspect",

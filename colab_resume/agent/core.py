@@ -118,6 +118,7 @@ class Agent:
         validation_steps: int | None = None,
         validation_freq: int = 1,
         class_weight: dict[int, float] | None = None,
+        extra_state: dict[str, Any] | None = None,
     ) -> Any:
         """Train a Keras model to the end, resuming exactly wherever it stopped.
 
@@ -140,6 +141,11 @@ class Agent:
             validation_steps: batches of validation data per evaluation.
             validation_freq: evaluate every this many epochs.
             class_weight: class index -> loss weight, as in ``model.fit``.
+            extra_state: more to save with the model, by name: state your
+                training changes that the model does not reach (a
+                ``tf.random.Generator`` your data augmentation draws from, a
+                variable). The same names must be passed on every run; a
+                mismatch names them.
 
         Returns:
             A ``keras.callbacks.History`` covering the whole run, across
@@ -161,6 +167,7 @@ class Agent:
             ),
             reset_fingerprints=self.options.reset_data_fingerprints,
             events=self.events,
+            extra_state=extra_state,
         )
         self._drive(driver, lambda start, duties: driver.train(start, duties))
         self.model = driver.model

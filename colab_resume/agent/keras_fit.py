@@ -21,7 +21,7 @@ Keras resets them (:mod:`~colab_resume.agent.metric_state`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from colab_resume.agent import callback_state, metric_state
@@ -66,6 +66,7 @@ class KerasFit:
         warn: Callable[[str], None] | None = None,
         reset_fingerprints: bool = False,
         events: EventLog | None = None,
+        extra_state: Mapping[str, Any] | None = None,
     ) -> None:
         check_callable("build_model", build_model)
         check_callable("make_dataset", make_dataset)
@@ -86,6 +87,7 @@ class KerasFit:
             "class_weight": class_weight,
         }
         self.warn = warn or (lambda message: log.warning("%s", message))
+        self.extra_state = _check_extra_state(extra_state)
         self.reset_fingerprints = reset_fingerprints
         self.events = events  # announces a fingerprint reset, once
         for warning in callback_state.check_callbacks(self.user_callbacks):
@@ -138,10 +140,12 @@ class KerasFit:
 
     @property
     def state(self) -> Any:
-        """The model, plus the callbacks' arrays where there are any."""
+        """The model, plus the callbacks' arrays and ``extra_state``, if any."""
         if self._state is None:
             self._slots = callback_state.ArraySlots(self.user_callbacks, self.model)
-            extras = {"callbacks": self._slots.flat} if self._slots.flat else {}
+            extras = {f"extra_{k}": v for k, v in self.extra_state.items()}
+            if self._slots.flat:
+                extras["callbacks"] = self._slots.flat
             self._state = ModelAndExtras(self.model, extras) if extras else self.model
         return self._state
 
@@ -362,7 +366,10 @@ def _make_hook(driver: KerasFit, duties: StepDuties) -> Any:
             step = driver.epoch * driver.steps_per_epoch + driver.skip + batch + 1
             driver.last_logs = dict(logs or {})
             duties.step = step
-            duties.consistent = True
+            # After an epoch's last batch the step is complete only once the
+            # epoch's end (validation, History, on_epoch_end) is: a Ctrl-C in
+            # between must not save it, or that epoch would never be recorded.
+            duties.consistent = bool(step % driver.steps_per_epoch)
             self.users.on_train_batch_end(batch + driver.skip, logs)
             # The epoch's last step is handled in on_epoch_end, once its logs
             # are in the history the checkpoint carries.
@@ -416,6 +423,24 @@ def _new_history(epochs: list[int] | None = None, values: dict | None = None) ->
     history.epoch = list(epochs or [])
     history.history = {k: list(v) for k, v in (values or {}).items()}
     return history
+
+
+def _check_extra_state(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    if extra is None:
+        return {}
+    if not isinstance(extra, Mapping):
+        raise ValueError(
+            f"extra_state must be a dict of name -> trackable (a tf.random.Generator, "
+            f"a variable, a list of variables, an optimizer), got "
+            f"{type(extra).__name__}."
+        )
+    for key in extra:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise ValueError(
+                f"extra_state keys must be identifiers such as 'augment_rng', got "
+                f"{key!r}."
+            )
+    return dict(extra)
 
 
 def _ignore(*args: Any, **kwargs: Any) -> None:

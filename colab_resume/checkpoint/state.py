@@ -37,12 +37,13 @@ class ModelAndExtras:
 
     Attributes:
         model: the ``keras.Model`` (saved as for a bare model).
-        extras: group name -> list of variables, e.g. the agent's copies of
-            callbacks' arrays.
+        extras: group name -> what to save with it (a list of variables, a
+            variable, an optimizer, a ``tf.random.Generator``...), e.g. the
+            agent's copies of callbacks' arrays.
     """
 
     model: Any
-    extras: Mapping[str, list[Any]]
+    extras: Mapping[str, Any]
 
 
 def _variable_list(obj: Any) -> list[Any] | None:

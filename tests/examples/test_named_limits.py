@@ -84,3 +84,55 @@ def test_backup_and_restore_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(CallbackConflictError, match="Remove it from callbacks"):
         fit(tmp_path / "run", lambda: [], [callback])
     assert not (tmp_path / "run").exists()
+
+
+class DrawEachBatch(keras.callbacks.Callback):
+    """Draws from a generator the model does not reach (say, for augmentation)."""
+
+    def __init__(self, generator, stop_at=None, agent=None) -> None:
+        super().__init__()
+        self.generator, self.stop_at, self.agent = generator, stop_at, agent
+
+    def get_resume_state(self) -> dict:
+        return {}
+
+    def set_resume_state(self, state: dict) -> None:
+        pass
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.generator.normal((2,))
+        if self.agent is not None and batch == self.stop_at:
+            self.agent.stop()
+
+
+def fit_with_extra(run_dir, generator, stop_at=None, extra=True):
+    def build_model() -> keras.Model:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    agent = cr.Agent(str(run_dir), save_every_steps=4, heartbeat_seconds=0.5)
+    agent.fit(
+        build_model,
+        make_dataset,
+        epochs=2,
+        steps_per_epoch=8,
+        callbacks=[DrawEachBatch(generator, stop_at, agent)],
+        extra_state={"augment_rng": generator} if extra else None,
+        verbose=0,
+    )
+    return agent
+
+
+def test_extra_state_travels_with_the_checkpoint_and_a_mismatch_is_named(tmp_path):
+    reference = tf.random.Generator.from_seed(3)
+    fit_with_extra(tmp_path / "reference", reference)
+
+    stopped = tf.random.Generator.from_seed(3)
+    fit_with_extra(tmp_path / "run", stopped, stop_at=5)  # stop() mid-epoch 0
+    fresh = tf.random.Generator.from_seed(3)  # what a new process would build
+    fit_with_extra(tmp_path / "run", fresh)
+    assert np.array_equal(fresh.state.numpy(), reference.state.numpy())
+
+    with pytest.raises(cr.StructureMismatchError, match="extra_augment_rng"):
+        fit_with_extra(tmp_path / "run", tf.random.Generator.from_seed(3), extra=False)
