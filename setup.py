@@ -24,6 +24,8 @@ TEST_REQUIRES = [
     "ipykernel>=6.17",
     "jupyter_client>=7.4",
     "matplotlib>=3.5",
+    # The TensorBoard callback's state is tested; tensorflow-cpu lacks it.
+    "tensorboard>=2.16",
 ]
 
 setup(

@@ -8,18 +8,11 @@ included), the History of every epoch (the interrupted one too), the
 callbacks' files (CSV log, best-weights file), the sequence of callback
 calls, and when EarlyStopping stopped. ``EXAMPLES_SEED`` fixes the kill steps.
 
-One allowance, measured: TensorFlow's CPU kernels sometimes round a scalar
-reduction (a reported loss) differently in its last bit in the first step of
-a resumed process — seen as 1 ulp in a VAE's epoch loss between runs whose
-weights were bitwise equal, the gradients being unaffected. So reported values (History, the
-numbers in the CSV log) may differ by at most 2 ulp of float32; everything
-the run's state is made of is compared bitwise.
+Reported numbers are held to 2 ulp of float32 (see ``compare.py``).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import random
@@ -28,6 +21,7 @@ import sys
 
 import numpy as np
 import pytest
+from compare import assert_same_files, assert_same_history
 
 WORKER = os.path.join(os.path.dirname(__file__), "worker.py")
 SAVE_EVERY = 5
@@ -49,39 +43,6 @@ def outcome(out_dir: str) -> tuple[dict, dict[str, np.ndarray]]:
         result = json.load(handle)
     weights = np.load(os.path.join(out_dir, "weights.npz"))
     return result, {k: weights[k] for k in weights.files}
-
-
-def assert_same_reported(actual: list, expected: list, where: str) -> None:
-    """Reported numbers: equal up to 2 ulp of float32 (see the module docstring)."""
-    assert len(actual) == len(expected), where
-    np.testing.assert_array_max_ulp(
-        np.asarray(actual, dtype="float32"),
-        np.asarray(expected, dtype="float32"),
-        maxulp=2,
-        err_msg=where,
-    )
-
-
-def assert_same_history(actual: dict, expected: dict, where: str) -> None:
-    assert actual["epoch"] == expected["epoch"], where  # when it stopped, too
-    assert sorted(actual["history"]) == sorted(expected["history"]), where
-    for key, values in expected["history"].items():
-        assert_same_reported(actual["history"][key], values, f"{where} {key}")
-
-
-def assert_same_files(actual: dict, expected: dict, where: str) -> None:
-    assert sorted(actual) == sorted(expected), where
-    for name, content in expected.items():
-        if not name.endswith(".csv") or content is None:
-            assert actual[name] == content, f"{where} {name}"
-            continue
-        mine = list(csv.reader(io.StringIO(actual[name])))
-        theirs = list(csv.reader(io.StringIO(content)))
-        assert [r[0] for r in mine] == [r[0] for r in theirs], f"{where} {name}"
-        assert mine[0] == theirs[0], f"{where} {name} header"
-        for row, other in zip(mine[1:], theirs[1:], strict=True):
-            numbers = [float(v) for v in row[1:]]
-            assert_same_reported(numbers, [float(v) for v in other[1:]], where)
 
 
 def kill_step(total: int, rng: random.Random) -> int:
