@@ -169,3 +169,65 @@ def restored_fingerprints(
             step=step,
         )
     return {}
+
+
+class DataFingerprints:
+    """The first-batch fingerprints of recent epochs, carried by checkpoints.
+
+    One component for every driver: record each epoch's fingerprint as it
+    starts, check the resumed epoch (or, resumed exactly at an epoch
+    boundary, the last epoch before it) against what was recorded before
+    the restart, keep the record small.
+
+    Args:
+        make_dataset: the user's ``make_dataset(epoch, skip=0)``.
+        reset: the ``reset_data_fingerprints`` option: drop the recorded
+            fingerprints at every restore of this call.
+        events: where a reset is announced (once).
+    """
+
+    KEEP = 3  # epochs; only the last few matter for a resume
+
+    def __init__(
+        self,
+        make_dataset: Callable[..., Any],
+        *,
+        reset: bool = False,
+        events: EventLog | None = None,
+    ) -> None:
+        self.make_dataset = make_dataset
+        self.reset = reset
+        self._events = events
+        self.seen: dict[str, str] = {}
+
+    def restored(self, saved: Any, step: int) -> None:
+        """Take the fingerprints a restored checkpoint carried."""
+        # A recovery may restore the same old checkpoint again, so the reset
+        # holds for every restore; it is announced once.
+        events, self._events = self._events, None
+        self.seen = restored_fingerprints(
+            saved, reset=self.reset, events=events, step=step
+        )
+
+    def check(self, start_epoch: int) -> None:
+        """Raise if the data differs from what was trained before the restart.
+
+        Raises:
+            NonDeterministicDatasetError: it does.
+        """
+        earlier = [int(e) for e in self.seen if int(e) <= start_epoch]
+        if earlier:
+            epoch = max(earlier)
+            check_fingerprint(epoch, self.seen[str(epoch)], self._of(epoch))
+
+    def record(self, epoch: int) -> None:
+        """Remember ``epoch``'s fingerprint (once), forgetting old epochs."""
+        if str(epoch) not in self.seen:
+            self.seen[str(epoch)] = self._of(epoch)
+            for old in sorted(self.seen, key=int)[: -self.KEEP]:
+                del self.seen[old]
+
+    def _of(self, epoch: int) -> str:
+        return fingerprint(
+            epoch_dataset(self.make_dataset, epoch, skip=0, steps_per_epoch=1)
+        )

@@ -167,21 +167,15 @@ def main() -> int:
         atexit.register(dump_events)  # runs on errors too, not on SIGKILL
 
     # Fault points go right after the agent's own per-step duties (so a kill
-    # at a save step lands while that checkpoint uploads). Patching our own
-    # class is the only way in: no real TPU exists here to lose.
-    from colab_resume.agent.steps import StepDuties
-
-    duties_after_step = StepDuties.after_step
-
-    def after_step(self, step: int) -> bool:
-        stop = duties_after_step(self, step)
+    # at a save step lands while that checkpoint uploads). No real TPU exists
+    # here to lose: the step hook raises what a lost one would.
+    def after_step(step: int) -> None:
         steps_done["n"] += 1
         faults(step)
         if args.step_sleep:
             time.sleep(args.step_sleep)  # a slower "model": faults land mid-run
-        return stop
 
-    StepDuties.after_step = after_step
+    agent.on_step(after_step)
 
     if args.loop == "fit":
         history = agent.fit(

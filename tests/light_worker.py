@@ -40,7 +40,6 @@ def main() -> int:
     import tensorflow as tf
 
     from colab_resume.agent import Agent
-    from colab_resume.agent.steps import StepDuties
 
     keras.utils.set_random_seed(5)
     tf.config.experimental.enable_op_determinism()
@@ -61,20 +60,17 @@ def main() -> int:
             all_batches = all_batches.concatenate(more)
         return all_batches.skip(step)
 
-    duties_after_step = StepDuties.after_step
+    done = {"step": 0}
 
-    def after_step(self, step: int) -> bool:
-        stop = duties_after_step(self, step)
+    def after_step(step: int) -> None:  # after the agent's duties of the step
+        done["step"] = step
         if step == args.kill_at_step:
             print(f"KILLING at step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
-        return stop
-
-    StepDuties.after_step = after_step
 
     class RaiseAt(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
-            if agent._duties.step == args.raise_at_step:
+            if done["step"] == args.raise_at_step:
                 raise RuntimeError(f"user code failed at step {args.raise_at_step}")
 
     agent = Agent(
@@ -85,6 +81,7 @@ def main() -> int:
         dead_after_seconds=1.5,
         prefer="cpu",
     )
+    agent.on_step(after_step)
     restored = {"step": 0}
     agent.events.subscribe(
         lambda e: (

@@ -8,8 +8,8 @@ import time
 import pytest
 
 import colab_resume as cr
+from colab_resume.agent.progress import ProgressTracker
 from colab_resume.panel.model import EventLine, PanelFacts, sparkline, view
-from colab_resume.panel.telemetry import Telemetry
 
 pytest.importorskip("ipywidgets")
 
@@ -89,7 +89,7 @@ class FakeClock:
 def test_tick_is_rate_limited_by_wall_clock(tmp_path):
     agent = cr.Agent(str(tmp_path / "run"))
     clock = FakeClock()
-    telemetry = Telemetry(agent, clock=clock)
+    telemetry = ProgressTracker(agent._loop, clock=clock)
     calls = []
     telemetry.listeners.append(lambda: calls.append(clock.now))
     for _ in range(1000):
@@ -104,7 +104,7 @@ def test_tick_is_rate_limited_by_wall_clock(tmp_path):
 
 
 def test_a_tick_that_is_not_due_is_cheap(tmp_path):
-    telemetry = Telemetry(cr.Agent(str(tmp_path / "run")))
+    telemetry = ProgressTracker(cr.Agent(str(tmp_path / "run"))._loop)
     telemetry.tick()
     started = time.perf_counter()
     for _ in range(100_000):
@@ -136,7 +136,7 @@ def test_panel_follows_a_session(tmp_path):
 
     agent = cr.Agent(str(tmp_path / "run"))
     panel = agent.panel()
-    agent.session = RunSession.open(
+    agent._loop.session = RunSession.open(  # what taking the run does
         agent.storage, SessionOptions(), events=agent.events
     )
     try:

@@ -34,8 +34,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import scalars
+from colab_resume.checkpoint import RestoredInfo
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +80,30 @@ class ModelState:
         self.ended = False  # the session was closed: no more callbacks
         self.last_logs: dict[str, Any] = {}
 
+    # --- the driver protocol: the user builds and trains, we only save ------------
+
+    @property
+    def total_steps(self) -> int | None:
+        if self.epochs is None or self.steps_per_epoch is None:
+            return None
+        return self.epochs * self.steps_per_epoch
+
     @property
     def state(self) -> Any:
         return self.model
 
-    def snapshot(self) -> tuple[Any, int, dict[str, Any], dict[str, Any]]:
+    def build(self) -> None:
+        """Nothing: the user built the model in their strategy scope."""
+
+    def restored(self, info: RestoredInfo | None) -> int:
+        return info.step if info else 0
+
+    def train(self, start_step: int, duties: StepDuties, strategy: Any) -> None:
+        raise NotImplementedError("the lighter path trains in the user's model.fit")
+
+    def snapshot(self) -> Snapshot:
         extras = {"steps_per_epoch": self.steps_per_epoch}
-        return self.model, self.epoch, scalars(self.last_logs), extras
+        return Snapshot(self.model, self.epoch, scalars(self.last_logs), extras)
 
     def start_point(self, step: int, epoch: int, extras: dict[str, Any]) -> StartPoint:
         saved = extras.get("steps_per_epoch")
@@ -231,7 +250,7 @@ class _FitWatch:
 
 def _fit_frame(model: Any) -> FrameType | None:
     """The frame of the ``model.fit`` call delivering ``on_train_begin``."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
             return frame

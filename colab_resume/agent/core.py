@@ -1,46 +1,33 @@
-"""The Agent: owns a run's lifecycle, from taking the lease to DONE.json.
+"""The Agent: the public face of a run that survives the hardware vanishing.
 
-Outer loop (this module), once per ``fit``/``run`` call:
-
-1. connect to the accelerator; if the run is COMPLETED, restore and return;
-2. take the run (watch a recent holder, refuse a live one unless
-   ``takeover``; wait out a silent one with a countdown);
-3. build everything inside a fresh ``strategy.scope()``, restore the newest
-   valid checkpoint, position the data, train;
-4. on an accelerator loss: reconnect, and go back to 3 (bounded, with
-   backoff) — the same bitwise result as if nothing happened;
-5. at the end: a final checkpoint, wait for its commit, DONE.json.
-
-Inner loop duties (heartbeat, triggers, pause/stop) live in
-:mod:`colab_resume.agent.steps`; the Keras and custom-loop drivers in
-:mod:`~colab_resume.agent.keras_fit` and :mod:`~colab_resume.agent.custom_loop`.
+``Agent`` is thin: it validates options, owns the run directory's storage,
+the events and the accelerator, and hands each ``fit``/``run`` call to the
+outer loop (:mod:`~colab_resume.agent.loop`) with a driver
+(:mod:`~colab_resume.agent.keras_fit`, :mod:`~colab_resume.agent.custom_loop`).
+The lighter path (:mod:`~colab_resume.agent.callback`) is glued here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from types import TracebackType
 from typing import Any
 
-from colab_resume import rundir
 from colab_resume.agent.callback import ModelState, StartPoint, make_callback
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.custom_loop import CustomLoop
 from colab_resume.agent.keras_fit import KerasFit
+from colab_resume.agent.loop import RunLoop
 from colab_resume.agent.options import AgentOptions
-from colab_resume.agent.steps import StepDuties
-from colab_resume.checkpoint import CheckpointManager, SaveTriggers, TriggerOptions
-from colab_resume.errors import CorruptRecordError, FencedError
+from colab_resume.agent.progress import Progress, ProgressTracker
+from colab_resume.agent.steps import StepHook
+from colab_resume.checkpoint import CheckpointManager
 from colab_resume.events import EventLog
-from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_status
-from colab_resume.heartbeat.lease import current_lease
-from colab_resume.panel.telemetry import Telemetry
-from colab_resume.runtime import Accelerator, Connection, ConnectOptions, vm_age
-from colab_resume.runtime.loss import is_accelerator_loss
+from colab_resume.heartbeat import RunSession, RunStatus, read_status
+from colab_resume.runtime import Accelerator, Connection, ConnectOptions
 from colab_resume.storage import RetryPolicy, Storage
 
 log = logging.getLogger(__name__)
@@ -48,6 +35,10 @@ log = logging.getLogger(__name__)
 
 class Agent:
     """Makes a training run survive the hardware vanishing under it.
+
+    Use it as a context manager (``with cr.Agent(...) as agent:``) or call
+    :meth:`close` when done: a session the lighter path left open stops
+    beating and its staging files go.
 
     Args:
         run_dir: where the run lives: ``gs://bucket/runs/name``, a local
@@ -81,23 +72,18 @@ class Agent:
             ),
             events=self.events,
         )
+        self._loop = RunLoop(
+            self.storage, self.options, self.accelerator, self.controls, self.events
+        )
         self.model: Any = None
         self.state: dict[str, Any] | None = None
-        self.session: RunSession | None = None
-        self.checkpoints: CheckpointManager | None = None
-        self.recoveries = 0
-        self._duties: StepDuties | None = None
         self._light: ModelState | None = None  # the restore()/callback() path
-        # History samples and panel refreshes, once a second from the loop.
-        self.telemetry = Telemetry(self)
 
     # --- the accelerator --------------------------------------------------------------
 
     def connect(self) -> Any:
         """Connect to the accelerator (once); returns the ``tf.distribute.Strategy``."""
-        if self.accelerator.strategy is None:
-            self.accelerator.connect()
-        return self.accelerator.strategy
+        return self._loop.connect()
 
     @property
     def connection(self) -> Connection | None:
@@ -162,14 +148,12 @@ class Agent:
             validation_steps=validation_steps,
             validation_freq=validation_freq,
             class_weight=class_weight,
-            warn=lambda message: self.events.emit(
-                "fit.warning", message, level="warning"
-            ),
+            warn=self._warn,
             reset_fingerprints=self.options.reset_data_fingerprints,
             events=self.events,
             extra_state=extra_state,
         )
-        self._drive(driver, lambda start, duties: driver.train(start, duties))
+        self._loop.drive(driver)
         self.model = driver.model
         driver.history.set_model(driver.model)
         return driver.history
@@ -199,9 +183,7 @@ class Agent:
             reset_fingerprints=self.options.reset_data_fingerprints,
             events=self.events,
         )
-        self._drive(
-            driver, lambda start, duties: driver.train(start, duties, self.connect())
-        )
+        self._loop.drive(driver)
         self.state = driver.state
         return driver.state
 
@@ -235,70 +217,90 @@ class Agent:
         """The run's status as anyone would read it from storage."""
         return read_status(self.storage)
 
-    # --- the outer loop ---------------------------------------------------------------
+    # --- what is happening (read only) -----------------------------------------------
 
-    def _drive(self, driver: Any, train: Callable[[int, StepDuties], None]) -> None:
-        strategy = self.connect()
-        self.controls.reset()
-        done = self._completed_record()
-        if done is not None and not _asks_for_more(done, driver.total_steps):
-            self._load_completed(driver, strategy, done)
-            return
-        session, manager = self._take_run()
-        if done is not None:
-            self._reopen_completed(done, driver.total_steps)
-        self.telemetry.session_started(
-            driver.total_steps, getattr(driver, "steps_per_epoch", None)
-        )
-        try:
-            with _graceful_sigterm(self.controls):
-                self._train_with_recovery(driver, train, session, manager)
-            self._finish(driver.total_steps, session, manager)
-        except BaseException as exc:
-            self._fail(exc, session, manager)
-            raise
-        finally:
+    def progress(self) -> Progress:
+        """Where the agent stands now: state, step, metrics, last checkpoint..."""
+        return self._loop.progress.snapshot()
+
+    def on_progress(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` at every once-a-second tick of the training loop
+        (on its thread); returns a function that removes it."""
+        listeners = self._loop.progress.listeners
+        listeners.append(listener)
+
+        def remove() -> None:
+            if listener in listeners:
+                listeners.remove(listener)
+
+        return remove
+
+    def on_step(self, hook: StepHook) -> Callable[[], None]:
+        """Call ``hook(step)`` after every step, once the agent's own duties for
+        it (heartbeat, checkpoint) are done; an exception it raises ends
+        training like one raised by the step. Returns a function that removes
+        it."""
+        hooks = self._loop.step_hooks
+        hooks.append(hook)
+
+        def remove() -> None:
+            if hook in hooks:
+                hooks.remove(hook)
+
+        return remove
+
+    def flush_history(self, timeout: float = 10.0) -> None:
+        """Write the run history recorded so far to the run directory now."""
+        self._loop.progress.recorder.flush(wait=True, timeout=timeout)
+
+    @property
+    def telemetry(self) -> ProgressTracker:
+        """The once-a-second tick behind :meth:`progress` (history, listeners)."""
+        return self._loop.progress
+
+    @property
+    def session(self) -> RunSession | None:
+        """The session holding the run, while one does."""
+        return self._loop.session
+
+    @property
+    def checkpoints(self) -> CheckpointManager | None:
+        return self._loop.checkpoints
+
+    @property
+    def recoveries(self) -> int:
+        """Accelerator losses recovered in this process."""
+        return self._loop.recoveries
+
+    # --- resources --------------------------------------------------------------------
+
+    def close(self) -> None:
+        """End what this agent holds: a session the lighter path left beating
+        is closed as stopped (the next run takes it over at once), the upload
+        in flight is finished. Idempotent; ``fit`` and ``run`` close their own."""
+        session, manager = self._loop.session, self._loop.checkpoints
+        if self._light is not None:
+            self._light.ended = True
+        if session is not None:
+            session.close("stopped")
+        if manager is not None:
             with contextlib.suppress(Exception):
                 manager.close()
-            self.telemetry.finish()
 
-    def _take_run(self) -> tuple[RunSession, CheckpointManager]:
-        session = RunSession.open(
-            self.storage,
-            SessionOptions(
-                heartbeat_seconds=self.options.heartbeat_seconds,
-                dead_after_seconds=self.options.dead_after_seconds,
-                stall_after_seconds=self.options.stall_after_seconds,
-                takeover=self.options.takeover,
-                expected_run_id=self.options.run_id,
-            ),
-            events=self.events,
-        )
-        connection = self.connection
-        session.update(accelerator=connection.label if connection else None)
-        manager = CheckpointManager(
-            self.storage,
-            lease=session.lease,
-            fence=session.fence,
-            events=self.events,
-            keep=self.options.keep,
-            keep_every_steps=self.options.keep_every_steps,
-            io_device=connection.io_device if connection else None,
-        )
-        self.session, self.checkpoints = session, manager
-        return session, manager
+    def __enter__(self) -> Agent:
+        return self
 
-    def _fail(
-        self, exc: BaseException, session: RunSession, manager: CheckpointManager
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
-        if isinstance(exc, FencedError):
-            session.close("fenced")
-            return
-        self._last_save_if_safe(manager)
-        if isinstance(exc, KeyboardInterrupt):
-            session.close("stopped")
-        else:
-            session.close("failed", error=f"{type(exc).__name__}: {exc}")
+        session, manager = self._loop.session, self._loop.checkpoints
+        if exc is not None and session is not None and manager is not None:
+            with contextlib.suppress(Exception):
+                self._loop.fail(exc, session, manager)
+        self.close()
 
     # --- the lighter path: your own model.fit -----------------------------------------
 
@@ -342,18 +344,18 @@ class Agent:
                     f"all your model.fit calls."
                 )
         self.controls.reset()
-        session, manager = self._take_run()
+        session, manager = self._loop.take_run()
         total = epochs * steps_per_epoch if epochs and steps_per_epoch else None
-        self.telemetry.session_started(total, steps_per_epoch)
+        self._loop.progress.session_started(total, steps_per_epoch)
         driver = ModelState(model, epochs=epochs, steps_per_epoch=steps_per_epoch)
         try:
             info = manager.restore(model)
         except BaseException as exc:
-            self._fail(exc, session, manager)
+            self._loop.fail(exc, session, manager)
             raise
         start = info.step if info else 0
         self.model = model
-        self._duties = self._make_duties(driver, session, manager, start)
+        self._loop.duties = self._loop.make_duties(driver, session, manager, start)
         self._light = driver
         if info is None:
             return StartPoint(step=0, initial_epoch=0, skip=0)
@@ -370,7 +372,7 @@ class Agent:
                 session it opened has ended.
         """
         driver = self._light
-        if driver is None or self._duties is None:
+        if driver is None or self._loop.duties is None:
             raise RuntimeError(
                 "agent.callback() needs agent.restore(model) first: restore takes "
                 "the run and loads the newest checkpoint into your model."
@@ -381,9 +383,9 @@ class Agent:
                 "completed, stopped or failed); call agent.restore(model) again "
                 "to continue it."
             )
-        session, manager = self.session, self.checkpoints
+        session, manager = self._loop.session, self._loop.checkpoints
         assert session is not None and manager is not None
-        duties = self._duties
+        duties = self._loop.duties
         lock = threading.Lock()  # the fit-watch thread may end it too
 
         def end(closing: Callable[[], None]) -> None:
@@ -394,13 +396,12 @@ class Agent:
             try:
                 closing()
             finally:
-                self.telemetry.finish()
+                self._loop.progress.finish()
                 with contextlib.suppress(Exception):
                     manager.close()
 
         def finish() -> None:
-            total = driver.epochs * driver.steps_per_epoch if driver.epochs else None
-            end(lambda: self._finish(total, session, manager))
+            end(lambda: self._loop.finish(driver.total_steps, session, manager))
 
         def pause_between() -> None:
             # Another fit follows: leave its start committed, keep beating.
@@ -411,163 +412,8 @@ class Agent:
 
         return make_callback(driver, duties, finish, pause_between, abort)
 
-    def _train_with_recovery(
-        self,
-        driver: Any,
-        train: Callable[[int, StepDuties], None],
-        session: RunSession,
-        manager: CheckpointManager,
-    ) -> None:
-        while True:
-            strategy = self.accelerator.strategy
-            try:
-                with strategy.scope():
-                    driver.build()
-                info = manager.restore(driver.state)
-                start = driver.restored(info)
-                self._duties = self._make_duties(driver, session, manager, start)
-                session.update(state="training", step=start)
-                if start < driver.total_steps:
-                    train(start, self._duties)
-                return
-            except Exception as exc:
-                if not is_accelerator_loss(exc):
-                    raise
-                if self.recoveries >= self.options.max_recoveries:
-                    self.events.emit(
-                        "recovery.gave_up",
-                        f"accelerator lost again after {self.recoveries} recoveries",
-                        level="error",
-                    )
-                    raise
-                self._recover(exc, session, manager)
-
-    def _recover(
-        self, exc: BaseException, session: RunSession, manager: CheckpointManager
-    ) -> None:
-        self.recoveries += 1
-        step = self._duties.step if self._duties else None
-        session.update(state="recovering")
-        self.events.emit(
-            "recovery.started",
-            f"accelerator lost ({type(exc).__name__}: {str(exc)[:200]}); "
-            f"recovery {self.recoveries} of {self.options.max_recoveries}",
-            level="warning",
-            step=step,
-        )
-        # The upload in flight is host-side work: let it commit, so the
-        # restore below loses as little as possible.
-        manager.wait()
-        with contextlib.suppress(Exception):
-            manager.check()
-        time.sleep(self.options.recovery_backoff_seconds * 2 ** (self.recoveries - 1))
-        self.accelerator.reconnect()
-        self.events.emit(
-            "recovery.reconnected",
-            "reconnected; rebuilding in a fresh strategy scope and restoring",
-            step=step,
-        )
-
-    def _make_duties(
-        self, driver: Any, session: RunSession, manager: CheckpointManager, start: int
-    ) -> StepDuties:
-        age = vm_age()
-        triggers = SaveTriggers(
-            TriggerOptions(
-                every_steps=self.options.save_every_steps,
-                every_seconds=self.options.save_every_seconds,
-                lifetime_seconds=self.options.lifetime_seconds,
-                boot_time=time.time() - age.seconds if age else None,
-            ),
-            start_step=start,
-        )
-        duties = StepDuties(
-            session=session,
-            manager=manager,
-            triggers=triggers,
-            controls=self.controls,
-            events=self.events,
-            snapshot=driver.snapshot,
-            tick=self.telemetry.tick,
-        )
-        duties.step = start
-        return duties
-
-    def _finish(
-        self, total_steps: int | None, session: RunSession, manager: CheckpointManager
-    ) -> None:
-        """Final checkpoint, wait for its commit, then DONE.json (or 'stopped')."""
-        duties = self._duties
-        assert duties is not None
-        duties.save(duties.step, reason="final")
-        manager.wait()
-        manager.check()
-        stopped = self.controls.stop_requested and (
-            total_steps is None or duties.step < total_steps
-        )
-        if stopped:
-            session.close("stopped")
-            self.events.emit(
-                "run.stopped", f"stopped at step {duties.step}", step=duties.step
-            )
-        else:
-            session.complete({"final_step": duties.step, "planned_steps": total_steps})
-
-    def _last_save_if_safe(self, manager: CheckpointManager) -> None:
-        """After an error: save the last complete step, if it is not half-applied."""
-        duties = self._duties
-        if duties is None or not duties.consistent:
-            return
-        try:
-            duties.save(duties.step, reason="error")
-            manager.wait()
-            manager.check()
-        except Exception as exc:
-            self.events.emit(
-                "checkpoint.final_failed",
-                f"could not save after the error: {type(exc).__name__}: {exc}",
-                level="warning",
-                step=duties.step,
-            )
-
-    def _completed_record(self) -> dict[str, Any] | None:
-        """DONE.json, or None while the run has not finished."""
-        try:
-            return self.storage.read_json(rundir.DONE_RECORD)
-        except FileNotFoundError:
-            return None
-        except CorruptRecordError:
-            return {}  # finished, with its plan unreadable: never extended
-
-    def _reopen_completed(self, done: dict[str, Any], total_steps: int) -> None:
-        """A finished run asked for more steps: it is training again."""
-        self.storage.delete(rundir.DONE_RECORD)
-        self.events.emit(
-            "run.extended",
-            f"the run had completed at step {done.get('final_step')}; continuing "
-            f"from its final state to step {total_steps}",
-            step=done.get("final_step"),
-        )
-
-    def _load_completed(
-        self, driver: Any, strategy: Any, done: dict[str, Any] | None = None
-    ) -> None:
-        """The run finished before: rebuild and restore the final state."""
-        with strategy.scope():
-            driver.build()
-        reader = CheckpointManager(
-            self.storage,
-            lease=max(1, current_lease(self.storage)),
-            fence=_never_write,
-            events=self.events,
-        )
-        try:
-            driver.restored(reader.restore(driver.state))
-        finally:
-            reader.close()
-        self.events.emit(
-            "run.already_completed", _completed_message(done or {}, driver.total_steps)
-        )
+    def _warn(self, message: str) -> None:
+        self.events.emit("fit.warning", message, level="warning")
 
     def _storage_retried(
         self, operation: str, attempt: int, exc: BaseException, delay: float
@@ -578,55 +424,3 @@ class Agent:
             f"in {delay:.1f}s",
             level="warning",
         )
-
-
-def _asks_for_more(done: dict[str, Any], total_steps: int | None) -> bool:
-    """True when a finished run that reached its planned end is asked to go on."""
-    final = done.get("final_step")
-    planned = done.get("planned_steps", final)  # older records: the final step
-    return (
-        isinstance(final, int)
-        and isinstance(planned, int)
-        and isinstance(total_steps, int)
-        and final == planned
-        and total_steps > planned
-    )
-
-
-def _completed_message(done: dict[str, Any], total_steps: int | None) -> str:
-    final = done.get("final_step")
-    planned = done.get("planned_steps", final)
-    if isinstance(final, int) and isinstance(planned, int) and final < planned:
-        return (
-            f"the run had finished at step {final} of {planned} (a callback such "
-            f"as EarlyStopping ended it); restored its final state"
-        )
-    if isinstance(final, int) and isinstance(total_steps, int) and total_steps < final:
-        return (
-            f"the run had completed at step {final}; asked for {total_steps} steps, "
-            f"it cannot go back: restored its final state (step {final})"
-        )
-    return "the run had completed; restored its final state"
-
-
-def _never_write() -> None:
-    raise FencedError("this reader of a completed run never writes")
-
-
-@contextlib.contextmanager
-def _graceful_sigterm(controls: Controls) -> Iterator[None]:
-    """SIGTERM asks for a clean stop (checkpoint first) instead of killing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        log.warning("SIGTERM: checkpointing and stopping at the next step")
-        controls.stop()
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

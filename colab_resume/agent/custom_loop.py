@@ -28,14 +28,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.data import (
-    check_fingerprint,
+    DataFingerprints,
     epoch_dataset,
-    fingerprint,
-    restored_fingerprints,
     split_step,
 )
 from colab_resume.errors import ColabResumeError
@@ -75,11 +74,11 @@ class CustomLoop:
         self.total_steps = total_steps
         self.steps_per_epoch = steps_per_epoch
         self.state: dict[str, Any] = {}
-        self.fingerprints: dict[str, str] = {}
+        self.fingerprints = DataFingerprints(
+            make_dataset, reset=reset_fingerprints, events=events
+        )
         self.epoch = 0
         self.last_outputs: Any = None  # tensors; converted only when saved or shown
-        self.reset_fingerprints = reset_fingerprints
-        self.events = events
 
     def build(self) -> None:
         state = self.build_state()
@@ -97,20 +96,12 @@ class CustomLoop:
     def restored(self, info: RestoredInfo | None) -> int:
         if info is None:
             return 0
-        # A recovery may restore the same old checkpoint again, so the reset
-        # holds for every restore of this call; it is announced once.
-        events, self.events = self.events, None
-        self.fingerprints = restored_fingerprints(
-            info.extras.get("fingerprints"),
-            reset=self.reset_fingerprints,
-            events=events,
-            step=info.step,
-        )
+        self.fingerprints.restored(info.extras.get("fingerprints"), info.step)
         return info.step
 
-    def snapshot(self) -> tuple[Any, int, dict[str, Any], dict[str, Any]]:
-        extras = {"fingerprints": self.fingerprints}
-        return self.state, self.epoch, _metrics(self.last_outputs), extras
+    def snapshot(self) -> Snapshot:
+        extras = {"fingerprints": self.fingerprints.seen}
+        return Snapshot(self.state, self.epoch, _metrics(self.last_outputs), extras)
 
     def train(self, start_step: int, duties: StepDuties, strategy: Any) -> None:
         import tensorflow as tf
@@ -128,19 +119,12 @@ class CustomLoop:
 
         step = start_step
         start_epoch, skip = split_step(start_step, self.steps_per_epoch)
-        if start_step and str(start_epoch) in self.fingerprints:
-            check_fingerprint(
-                start_epoch,
-                self.fingerprints[str(start_epoch)],
-                self._fingerprint(start_epoch),
-            )
+        if start_step:
+            self.fingerprints.check(start_epoch)
         epoch = start_epoch
         while step < self.total_steps:
             self.epoch = epoch
-            if str(epoch) not in self.fingerprints:
-                self.fingerprints[str(epoch)] = self._fingerprint(epoch)
-                for old in sorted(self.fingerprints, key=int)[:-3]:
-                    del self.fingerprints[old]
+            self.fingerprints.record(epoch)
             here = skip if epoch == start_epoch else 0
             steps = min(self.steps_per_epoch - here, self.total_steps - step)
             dataset = epoch_dataset(
@@ -156,11 +140,6 @@ class CustomLoop:
                 if duties.after_step(step):
                     return
             epoch += 1
-
-    def _fingerprint(self, epoch: int) -> str:
-        return fingerprint(
-            epoch_dataset(self.make_dataset, epoch, skip=0, steps_per_epoch=1)
-        )
 
 
 def _metrics(outputs: Any) -> dict[str, float]:

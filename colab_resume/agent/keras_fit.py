@@ -25,16 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from colab_resume.agent import callback_state, metric_state
+from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.random_ops import RandomOpWatch
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.state import ModelAndExtras
 from colab_resume.data import (
-    check_fingerprint,
+    DataFingerprints,
     epoch_dataset,
-    fingerprint,
-    restored_fingerprints,
     split_step,
 )
 from colab_resume.errors import ColabResumeError
@@ -88,8 +87,9 @@ class KerasFit:
         }
         self.warn = warn or (lambda message: log.warning("%s", message))
         self.extra_state = _check_extra_state(extra_state)
-        self.reset_fingerprints = reset_fingerprints
-        self.events = events  # announces a fingerprint reset, once
+        self.fingerprints = DataFingerprints(
+            make_dataset, reset=reset_fingerprints, events=events
+        )
         for warning in callback_state.check_callbacks(self.user_callbacks):
             self.warn(warning)
         self.model: Any = None
@@ -99,7 +99,6 @@ class KerasFit:
         self.callback_states: list[Any] | None = None  # to put back, from a restore
         self.metric_state: list[Any] | None = None
         self.history = _new_history()
-        self.fingerprints: dict[str, str] = {}
         self.epoch = 0
         self.skip = 0
         self.last_logs: dict[str, Any] = {}
@@ -110,7 +109,7 @@ class KerasFit:
     def total_steps(self) -> int:
         return self.epochs * self.steps_per_epoch
 
-    # --- the driver protocol (see Agent._train) ---------------------------------------
+    # --- the driver protocol (colab_resume.agent.driver) ------------------------------
 
     def build(self) -> None:
         """Call ``build_model()``; the agent has entered a fresh strategy scope."""
@@ -155,38 +154,34 @@ class KerasFit:
             return 0
         saved = info.extras.get("history") or {}
         self.history = _new_history(saved.get("epoch"), saved.get("history"))
-        # A recovery may restore the same old checkpoint again, so the reset
-        # holds for every restore of this call; it is announced once.
-        events, self.events = self.events, None
-        self.fingerprints = restored_fingerprints(
-            info.extras.get("fingerprints"),
-            reset=self.reset_fingerprints,
-            events=events,
-            step=info.step,
-        )
+        self.fingerprints.restored(info.extras.get("fingerprints"), info.step)
         self.last_logs = dict(info.metrics or {})
         self.callback_states = info.extras.get("callbacks")
         self.metric_state = info.extras.get("metric_state")
         return info.step
 
-    def snapshot(self) -> tuple[Any, int, dict[str, Any], dict[str, Any]]:
+    def snapshot(self) -> Snapshot:
         history = {"epoch": list(self.history.epoch), "history": self.history.history}
         state = self.state
         if self._slots is not None:
             self._slots.store()
         extras = {
             "history": history,
-            "fingerprints": self.fingerprints,
+            "fingerprints": self.fingerprints.seen,
             "callbacks": callback_state.capture(self.user_callbacks),
             "metric_state": metric_state.capture(self.model),
         }
-        return state, self.epoch, scalars(self.last_logs), extras
+        return Snapshot(state, self.epoch, scalars(self.last_logs), extras)
 
-    def train(self, start_step: int, duties: StepDuties) -> None:
-        """Train from ``start_step`` to the end (or until stopped)."""
+    def train(self, start_step: int, duties: StepDuties, strategy: Any = None) -> None:
+        """Train from ``start_step`` to the end (or until stopped).
+
+        ``strategy`` is unused: the model was built in its scope, and Keras's
+        ``fit`` distributes through it.
+        """
         start_epoch, skip = split_step(start_step, self.steps_per_epoch)
         if start_step:
-            self._check_data(start_epoch)
+            self.fingerprints.check(start_epoch)
         hook = _make_hook(self, duties)
         callbacks = [hook] + ([_make_progbar(self)] if self.verbose != 0 else [])
         # The step is traced during its first call: watch what it creates.
@@ -201,7 +196,7 @@ class KerasFit:
         for epoch in range(start_epoch, self.epochs):
             self.epoch = epoch
             self.skip = skip if epoch == start_epoch else 0
-            self._record_fingerprint(epoch)
+            self.fingerprints.record(epoch)
             dataset = epoch_dataset(
                 self.make_dataset,
                 epoch,
@@ -235,30 +230,6 @@ class KerasFit:
             warning = watch.warning()
             if warning:
                 self.warn(warning)
-
-    # --- data determinism -------------------------------------------------------------
-
-    def _first_batch_fingerprint(self, epoch: int) -> str:
-        return fingerprint(
-            epoch_dataset(self.make_dataset, epoch, skip=0, steps_per_epoch=1)
-        )
-
-    def _record_fingerprint(self, epoch: int) -> None:
-        if str(epoch) not in self.fingerprints:
-            self.fingerprints[str(epoch)] = self._first_batch_fingerprint(epoch)
-            # Keep the manifest small: only the last few epochs matter.
-            for old in sorted(self.fingerprints, key=int)[:-3]:
-                del self.fingerprints[old]
-
-    def _check_data(self, start_epoch: int) -> None:
-        seen = [int(e) for e in self.fingerprints if int(e) <= start_epoch]
-        if seen:
-            epoch = max(seen)
-            check_fingerprint(
-                epoch,
-                self.fingerprints[str(epoch)],
-                self._first_batch_fingerprint(epoch),
-            )
 
     # --- called by the hook -----------------------------------------------------------
 

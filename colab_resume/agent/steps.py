@@ -11,14 +11,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from colab_resume.agent.controls import Controls
+from colab_resume.agent.driver import Snapshot
 from colab_resume.checkpoint import CheckpointManager, SaveTriggers
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
 
 log = logging.getLogger(__name__)
+
+StepHook = Callable[[int], None]  # called with the step after its duties
 
 
 class StepDuties:
@@ -30,8 +32,9 @@ class StepDuties:
         triggers: when a save is due.
         controls: pause / stop / save requests.
         events: the run's events.
-        snapshot: returns ``(state, epoch, metrics, extras)`` to save.
+        snapshot: returns the :class:`~colab_resume.agent.driver.Snapshot` to save.
         tick: called after each step for the panel (rate-limits itself).
+        hooks: called with the step after its duties (``Agent.on_step``).
     """
 
     def __init__(
@@ -42,8 +45,9 @@ class StepDuties:
         triggers: SaveTriggers,
         controls: Controls,
         events: EventLog,
-        snapshot: Callable[[], tuple[Any, int, dict[str, Any], dict[str, Any]]],
+        snapshot: Callable[[], Snapshot],
         tick: Callable[[], None] | None = None,
+        hooks: list[StepHook] | None = None,
     ) -> None:
         self.session = session
         self.manager = manager
@@ -52,6 +56,7 @@ class StepDuties:
         self.events = events
         self.snapshot = snapshot
         self.tick = tick or (lambda: None)
+        self.hooks = hooks if hooks is not None else []
         self.step = 0
         self.consistent = True  # False while a step is half-applied
 
@@ -74,12 +79,18 @@ class StepDuties:
             self.events.emit(
                 "run.stopping", f"stop requested; saved step {step}", step=step
             )
+            self._call_hooks(step)
             return True
         reason = self.triggers.due(step)
         if reason is not None:
             self.save(step, reason=reason)
         self.tick()
+        self._call_hooks(step)
         return False
+
+    def _call_hooks(self, step: int) -> None:
+        for hook in list(self.hooks):
+            hook(step)  # errors are the caller's: they end training like a step's
 
     def save(self, step: int, *, reason: str) -> None:
         """Checkpoint now (unless this step is already saved)."""

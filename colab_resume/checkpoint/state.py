@@ -197,9 +197,9 @@ def expand(state: StateLike) -> dict[str, Any]:
     import keras
 
     if isinstance(state, ModelAndExtras):
-        groups = expand(state.model)
-        groups.update(state.extras)
-        return groups
+        with_extras = expand(state.model)
+        with_extras.update(state.extras)
+        return with_extras
     if isinstance(state, keras.Model):
         groups: dict[str, Any] = {"model": state}
         optimizer = getattr(state, "optimizer", None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from colab_resume.panel.model import view
+from colab_resume.panel.model import facts_of, view
 from colab_resume.panel.pump import KernelPump
 from colab_resume.panel.widgets import PanelBox
 
@@ -35,12 +35,12 @@ class AgentPanel(PanelBox):
         self.report_button.on_click(lambda _: self.draw_report())
         # Outside a kernel nothing displays it: stay inert, cost nothing.
         if self.pump is not None:
-            agent.telemetry.listeners.append(self.refresh)
+            agent.on_progress(self.refresh)
         self.refresh()
 
     def refresh(self) -> None:
         """Show the agent's state now, then handle waiting clicks."""
-        self.show(view(self.agent.telemetry.facts()))
+        self.show(view(facts_of(self.agent.progress())))
         if self.pump is not None:
             self.pump.pump()
 
@@ -49,13 +49,13 @@ class AgentPanel(PanelBox):
         self.say("checkpoint requested: saved at the next step")
 
     def _pause_or_resume(self) -> None:
-        if self.agent.controls.paused:
+        if self.agent.progress().pause_requested:
             self.agent.resume()
             self.say("resuming")
         else:
             self.agent.pause()
             self.say("pausing: checkpoint, then hold (heartbeats go on)")
-        self.show(view(self.agent.telemetry.facts()))
+        self.show(view(facts_of(self.agent.progress())))
 
     def _stop(self) -> None:
         self.agent.stop()
@@ -66,7 +66,7 @@ class AgentPanel(PanelBox):
         from colab_resume.report import read_history
         from colab_resume.report.plot import render
 
-        self.agent.telemetry.recorder.flush(wait=True, timeout=10.0)
+        self.agent.flush_history(timeout=10.0)
         try:
             png = render(read_history(self.agent.storage), title=self.agent.run_dir)
         except ImportError:

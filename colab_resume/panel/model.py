@@ -1,9 +1,9 @@
 """What the panel shows, as plain data: no widgets, no I/O, easy to test.
 
-:class:`PanelFacts` is what is known about a run (gathered from a live
-agent by :mod:`~colab_resume.panel.gather`, or from a run directory by the
-monitor); :func:`view` turns it into :class:`PanelView`, the text and
-colours the widgets display.
+:class:`PanelFacts` is what is known about a run (from a live agent's
+public :class:`~colab_resume.agent.progress.Progress` by :func:`facts_of`,
+or from a run directory by the monitor); :func:`view` turns it into
+:class:`PanelView`, the text and colours the widgets display.
 """
 
 from __future__ import annotations
@@ -12,6 +12,13 @@ import dataclasses
 import html
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from colab_resume.agent.progress import Progress
+
+# Not worth a line in the panel's event list.
+QUIET_EVENTS = ("checkpoint.upload.progress", "checkpoint.committed", "run.resumed")
 
 # Badge colours by state; the states of DESIGN §4 plus the holder's own.
 BADGE_COLOURS = {
@@ -92,6 +99,17 @@ class PanelFacts:
     detail: str = ""
     read_only: bool = False
     pause_requested: bool = False
+
+
+def facts_of(progress: Progress) -> PanelFacts:
+    """The panel's facts from an agent's progress snapshot."""
+    fields = {f.name: getattr(progress, f.name) for f in dataclasses.fields(progress)}
+    fields["events"] = [
+        EventLine(e.time, e.level, e.kind, e.message)
+        for e in progress.events
+        if e.kind not in QUIET_EVENTS
+    ][-6:]
+    return PanelFacts(**fields)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -76,7 +76,6 @@ def main() -> int:
     from workloads import WORKLOADS
 
     from colab_resume.agent import Agent
-    from colab_resume.agent.steps import StepDuties
 
     keras.utils.set_random_seed(11)
     tf.config.experimental.enable_op_determinism()
@@ -84,13 +83,11 @@ def main() -> int:
     workload = WORKLOADS[args.workload](args.out_dir)
 
     trained = {"steps": 0}
-    duties_after_step = StepDuties.after_step
 
     # The kill lands right after the agent's duties of a step (a save step:
     # while its checkpoint uploads). No TPU exists here to lose, so the
     # process kills itself.
-    def after_step(self, step: int) -> bool:
-        stop = duties_after_step(self, step)
+    def after_step(step: int) -> None:
         trained["steps"] += 1
         if step == args.kill_at_step:
             print(f"KILLING at step {step}", flush=True)
@@ -98,9 +95,6 @@ def main() -> int:
         if step == args.unavailable_at_step and not trained.get("lost"):
             trained["lost"] = True  # once, as a lost TPU would
             raise tf.errors.UnavailableError(None, None, "Socket closed")
-        return stop
-
-    StepDuties.after_step = after_step
 
     agent = Agent(
         args.run_dir,
@@ -112,6 +106,7 @@ def main() -> int:
         cpu_replicas=args.replicas,
         recovery_backoff_seconds=0.1,
     )
+    agent.on_step(after_step)
     restored = {"step": 0}
 
     def on_event(event) -> None:

@@ -1,43 +1,96 @@
-"""The agent's once-a-second tick: history samples, panel refreshes, clicks.
+"""The agent's once-a-second tick, and the progress it exposes.
 
-:meth:`Telemetry.tick` is called by the training loop after every step
-(``StepDuties.tick``). It costs one clock read and a comparison until a
-second has passed by wall clock; then it samples the metrics for the
-history, writes a history chunk when one is due (in the background),
-refreshes the displayed panels and lets the kernel's pending widget
-messages (button clicks) be handled — all on the training loop's own
-thread, the only one whose widget updates Colab renders.
+:meth:`ProgressTracker.tick` is called by the training loop after every
+step (``StepDuties.tick``). It costs one clock read and a comparison until
+a second has passed by wall clock; then it samples the metrics for the
+run's history, writes a history chunk when one is due (in the background)
+and tells its listeners — a displayed panel refreshes itself and handles
+the kernel's pending widget messages (button clicks) there, on the training
+loop's own thread, the only one whose widget updates Colab renders.
 
-Nothing here imports ipywidgets; outside a notebook, with no panel made,
-a due tick only samples metrics.
+:class:`Progress` is the public, read-only snapshot of where the agent
+stands (``agent.progress()``); the panel draws it, and nothing here knows
+the panel exists.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from colab_resume.events import Event
-from colab_resume.panel.model import EventLine, PanelFacts
 from colab_resume.report.history import HistoryRecorder
 
 if TYPE_CHECKING:
-    from colab_resume.agent.core import Agent
+    from colab_resume.agent.loop import RunLoop
 
 log = logging.getLogger(__name__)
 
-# Not worth a line in the panel's event list.
+# Events too frequent to refresh the listeners for on their own.
 QUIET_EVENTS = ("checkpoint.upload.progress", "checkpoint.committed", "run.resumed")
 
 
-class Telemetry:
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """Where the agent stands; None where unknown.
+
+    Attributes:
+        state: ``not started``, ``starting``, ``waiting``, ``training``,
+            ``recovering``, ``paused``, ``stopped``, ``fenced``,
+            ``completed`` or ``failed``.
+        now: wall-clock time of the snapshot.
+        waiting_left_s: countdown while waiting for a silent holder.
+        accelerator: the connection's one-line label.
+        step, total_steps, epoch: progress.
+        steps_per_second: recent training speed.
+        metrics: the latest metric values.
+        series: ``(step, loss)`` samples of this session.
+        checkpoint_step, checkpoint_time, checkpoint_bytes: the last commit.
+        upload_rate: bytes per second of the last (or current) upload.
+        uploading: an upload is in flight.
+        stall_count, stall_seconds: saves that waited for an upload.
+        heartbeat_age_s, heartbeat_seconds, heartbeat_failures: liveness.
+        lease, session_id, host: who holds the run.
+        events: the most recent events, oldest first.
+        pause_requested: pause was asked.
+    """
+
+    state: str
+    now: float
+    waiting_left_s: float | None = None
+    accelerator: str | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: int | None = None
+    steps_per_second: float | None = None
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    series: Sequence[tuple[int, float]] = ()
+    checkpoint_step: int | None = None
+    checkpoint_time: float | None = None
+    checkpoint_bytes: int | None = None
+    upload_rate: float | None = None
+    uploading: bool = False
+    stall_count: int = 0
+    stall_seconds: float = 0.0
+    heartbeat_age_s: float | None = None
+    heartbeat_seconds: float | None = None
+    heartbeat_failures: int = 0
+    lease: int | None = None
+    session_id: str | None = None
+    host: str | None = None
+    events: Sequence[Event] = ()
+    pause_requested: bool = False
+
+
+class ProgressTracker:
     """See the module docstring.
 
     Args:
-        agent: the agent observed (read only; never driven from here).
+        loop: the outer loop observed (read only; never driven from here).
         interval: seconds between due ticks.
         clock: monotonic clock, injectable for tests.
         wall: wall clock, injectable for tests.
@@ -45,19 +98,19 @@ class Telemetry:
 
     def __init__(
         self,
-        agent: Agent,
+        loop: RunLoop,
         *,
         interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        self.agent = agent
+        self.loop = loop
         self.interval = interval
         self._clock = clock
         self._wall = wall
         self._next = 0.0
-        self.recorder = HistoryRecorder(agent.events, monotonic=clock, clock=wall)
-        self.listeners: list[Callable[[], None]] = []  # panels' refresh
+        self.recorder = HistoryRecorder(loop.events, monotonic=clock, clock=wall)
+        self.listeners: list[Callable[[], None]] = []  # e.g. a panel's refresh
         self.due_ticks = 0
         self.total_steps: int | None = None
         self.steps_per_epoch: int | None = None
@@ -68,7 +121,7 @@ class Telemetry:
         self._committed: tuple[int, float, int] | None = None  # step, time, bytes
         self._waiting: tuple[float, float] | None = None  # (seconds left, at)
         self._owner = threading.current_thread()
-        agent.events.subscribe(self._on_event)
+        loop.events.subscribe(self._on_event)
 
     # --- the tick -----------------------------------------------------------------
 
@@ -87,7 +140,7 @@ class Telemetry:
 
     def _due(self, now: float) -> None:
         self.due_ticks += 1
-        duties = self.agent._duties
+        duties = self.loop.duties
         if duties is not None:
             step = duties.step
             if self._rate is not None and step > self._rate[0] and now > self._rate[1]:
@@ -97,7 +150,7 @@ class Telemetry:
             if self._rate is None or step != self._rate[0]:
                 self._rate = (step, now)
                 try:
-                    self.recorder.sample(step, duties.snapshot()[2])
+                    self.recorder.sample(step, duties.snapshot().metrics)
                 except Exception:  # a metric we cannot read must not stop training
                     log.debug("telemetry: no metrics this tick", exc_info=True)
         self.recorder.maybe_flush()
@@ -105,7 +158,7 @@ class Telemetry:
             try:
                 listener()
             except Exception:  # a broken display must not break training
-                log.warning("panel refresh failed", exc_info=True)
+                log.warning("progress listener failed", exc_info=True)
 
     # --- lifecycle hooks from the agent -------------------------------------------
 
@@ -113,9 +166,9 @@ class Telemetry:
         self, total_steps: int | None = None, steps_per_epoch: int | None = None
     ) -> None:
         """The agent took the run (lease known) and will train to ``total_steps``."""
-        session = self.agent.session
+        session = self.loop.session
         if session is not None:
-            self.recorder.start(self.agent.storage, session.lease, session.session_id)
+            self.recorder.start(self.loop.storage, session.lease, session.session_id)
         self.total_steps = total_steps
         self.steps_per_epoch = steps_per_epoch
         self._waiting = None
@@ -128,7 +181,7 @@ class Telemetry:
         finally:
             self.recorder.flush(wait=True)
 
-    # --- what the panel shows -----------------------------------------------------
+    # --- what is known ------------------------------------------------------------
 
     def _on_event(self, event: Event) -> None:
         if event.kind == "lease.waiting":
@@ -147,8 +200,8 @@ class Telemetry:
                 self._committed = (event.step, event.time, nbytes)
                 if isinstance(seconds, (int, float)) and seconds > 0:
                     self._upload_rate = nbytes / seconds
-        # Events raised on the panel's own thread while no step ticks (the
-        # wait's countdown, connecting) refresh it; others wait for a tick.
+        # Events raised on the listeners' own thread while no step ticks (the
+        # wait's countdown, connecting) refresh them; others wait for a tick.
         if (
             self.listeners
             and event.kind not in QUIET_EVENTS
@@ -156,11 +209,11 @@ class Telemetry:
         ):
             self.tick()
 
-    def facts(self) -> PanelFacts:
+    def snapshot(self) -> Progress:
         """What is known about the agent now."""
-        agent, now = self.agent, self._wall()
-        session, manager, duties = agent.session, agent.checkpoints, agent._duties
-        connection = agent.connection
+        loop, now = self.loop, self._wall()
+        session, manager, duties = loop.session, loop.checkpoints, loop.duties
+        connection = loop.connection
         state = self._state()
         heartbeat_age, failures, interval = None, 0, None
         if session is not None:
@@ -179,18 +232,13 @@ class Telemetry:
         waiting_left = None
         if self._waiting is not None:
             waiting_left = self._waiting[0] - (now - self._waiting[1])
-        events = [
-            EventLine(e.time, e.level, e.kind, e.message)
-            for e in agent.events.recent(60)
-            if e.kind not in QUIET_EVENTS
-        ][-6:]
         series = [
             (p.step, p.metrics["loss"])
             for p in self.recorder.recent
             if "loss" in p.metrics
         ]
         latest = self.recorder.recent[-1].metrics if self.recorder.recent else {}
-        return PanelFacts(
+        return Progress(
             state=state,
             now=now,
             waiting_left_s=waiting_left,
@@ -218,16 +266,16 @@ class Telemetry:
             lease=session.lease if session else None,
             session_id=session.session_id if session else None,
             host=session.lease_record.host if session else None,
-            events=events,
-            pause_requested=agent.controls.paused,
+            events=tuple(loop.events.recent(60)),
+            pause_requested=loop.controls.paused,
         )
 
     def _state(self) -> str:
-        session = self.agent.session
+        session = self.loop.session
         if session is None:
             if self._waiting is not None:
                 return "waiting"
-            recent = self.agent.events.recent(1)
+            recent = self.loop.events.recent(1)
             if recent and recent[-1].kind == "run.already_completed":
                 return "completed"
             return "starting" if recent else "not started"
@@ -235,6 +283,6 @@ class Telemetry:
         if writer.fenced:
             return "fenced"
         state = writer.state
-        if state == "training" and self.agent.controls.paused:
+        if state == "training" and self.loop.controls.paused:
             return "paused"  # asked; the loop pauses at the next step
         return str(state)

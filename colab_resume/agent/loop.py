@@ -1,0 +1,366 @@
+"""The outer loop: a run's lifecycle, from taking the lease to DONE.json.
+
+Once per ``fit``/``run`` call (:meth:`RunLoop.drive`):
+
+1. connect to the accelerator; if the run is COMPLETED, restore and return
+   (or, asked for more steps than it had, continue from its final state);
+2. take the run (watch a recent holder, refuse a live one unless
+   ``takeover``; wait out a silent one with a countdown);
+3. build everything inside a fresh ``strategy.scope()``, restore the newest
+   valid checkpoint, position the data, train;
+4. on an accelerator loss: reconnect, and go back to 3 (bounded, with
+   backoff) — the same bitwise result as if nothing happened;
+5. at the end: a final checkpoint, wait for its commit, DONE.json.
+
+The inner loop (heartbeat, triggers, pause/stop after every step) is
+:class:`~colab_resume.agent.steps.StepDuties`; what is trained, and how, is
+a :class:`~colab_resume.agent.driver.Driver` (``fit``, ``run`` or the
+lighter path). This split follows the controller/trainer split of TF Model
+Garden's orbit: the loop owns time and failure, the driver owns the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from colab_resume import rundir
+from colab_resume.agent.controls import Controls
+from colab_resume.agent.driver import Driver
+from colab_resume.agent.options import AgentOptions
+from colab_resume.agent.progress import ProgressTracker
+from colab_resume.agent.steps import StepDuties, StepHook
+from colab_resume.checkpoint import CheckpointManager, SaveTriggers, TriggerOptions
+from colab_resume.errors import CorruptRecordError, FencedError
+from colab_resume.events import EventLog
+from colab_resume.heartbeat import RunSession, SessionOptions
+from colab_resume.heartbeat.lease import current_lease
+from colab_resume.runtime import Accelerator, Connection, vm_age
+from colab_resume.runtime.loss import is_accelerator_loss
+from colab_resume.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+class RunLoop:
+    """See the module docstring.
+
+    Args:
+        storage: the run directory.
+        options: the agent's validated options.
+        accelerator: connects, reconnects, gives the strategy.
+        controls: pause / stop / save-now flags.
+        events: the run's events.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        options: AgentOptions,
+        accelerator: Accelerator,
+        controls: Controls,
+        events: EventLog,
+    ) -> None:
+        self.storage = storage
+        self.options = options
+        self.accelerator = accelerator
+        self.controls = controls
+        self.events = events
+        self.session: RunSession | None = None
+        self.checkpoints: CheckpointManager | None = None
+        self.duties: StepDuties | None = None
+        self.recoveries = 0
+        self.step_hooks: list[StepHook] = []
+        # History samples and panel refreshes, once a second from the loop.
+        self.progress = ProgressTracker(self)
+
+    def connect(self) -> Any:
+        """Connect to the accelerator (once); returns the strategy."""
+        if self.accelerator.strategy is None:
+            self.accelerator.connect()
+        return self.accelerator.strategy
+
+    @property
+    def connection(self) -> Connection | None:
+        return self.accelerator.connection
+
+    def drive(self, driver: Driver) -> None:
+        """Train ``driver`` to its end: steps 1 to 5 of the class docstring."""
+        strategy = self.connect()
+        self.controls.reset()
+        done = self._completed_record()
+        if done is not None and not _asks_for_more(done, driver.total_steps):
+            self._load_completed(driver, strategy, done)
+            return
+        session, manager = self.take_run()
+        if done is not None:
+            self._reopen_completed(done, driver.total_steps)
+        self.progress.session_started(driver.total_steps, driver.steps_per_epoch)
+        try:
+            with _graceful_sigterm(self.controls):
+                self._train_with_recovery(driver, session, manager)
+            self.finish(driver.total_steps, session, manager)
+        except BaseException as exc:
+            self.fail(exc, session, manager)
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                manager.close()
+            self.progress.finish()
+
+    def take_run(self) -> tuple[RunSession, CheckpointManager]:
+        """Take the lease (waiting out a silent holder); open its checkpoints."""
+        session = RunSession.open(
+            self.storage,
+            SessionOptions(
+                heartbeat_seconds=self.options.heartbeat_seconds,
+                dead_after_seconds=self.options.dead_after_seconds,
+                stall_after_seconds=self.options.stall_after_seconds,
+                takeover=self.options.takeover,
+                expected_run_id=self.options.run_id,
+            ),
+            events=self.events,
+        )
+        connection = self.connection
+        session.update(accelerator=connection.label if connection else None)
+        manager = CheckpointManager(
+            self.storage,
+            lease=session.lease,
+            fence=session.fence,
+            events=self.events,
+            keep=self.options.keep,
+            keep_every_steps=self.options.keep_every_steps,
+            io_device=connection.io_device if connection else None,
+        )
+        self.session, self.checkpoints = session, manager
+        return session, manager
+
+    def fail(
+        self, exc: BaseException, session: RunSession, manager: CheckpointManager
+    ) -> None:
+        """Close the session after ``exc``: fenced, stopped (Ctrl-C) or failed."""
+        if isinstance(exc, FencedError):
+            session.close("fenced")
+            return
+        self._last_save_if_safe(manager)
+        if isinstance(exc, KeyboardInterrupt):
+            session.close("stopped")
+        else:
+            session.close("failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _train_with_recovery(
+        self, driver: Driver, session: RunSession, manager: CheckpointManager
+    ) -> None:
+        while True:
+            strategy = self.accelerator.strategy
+            try:
+                with strategy.scope():
+                    driver.build()
+                info = manager.restore(driver.state)
+                start = driver.restored(info)
+                self.duties = self.make_duties(driver, session, manager, start)
+                session.update(state="training", step=start)
+                if driver.total_steps is None or start < driver.total_steps:
+                    driver.train(start, self.duties, strategy)
+                return
+            except Exception as exc:
+                if not is_accelerator_loss(exc):
+                    raise
+                if self.recoveries >= self.options.max_recoveries:
+                    self.events.emit(
+                        "recovery.gave_up",
+                        f"accelerator lost again after {self.recoveries} recoveries",
+                        level="error",
+                    )
+                    raise
+                self._recover(exc, session, manager)
+
+    def _recover(
+        self, exc: BaseException, session: RunSession, manager: CheckpointManager
+    ) -> None:
+        self.recoveries += 1
+        step = self.duties.step if self.duties else None
+        session.update(state="recovering")
+        self.events.emit(
+            "recovery.started",
+            f"accelerator lost ({type(exc).__name__}: {str(exc)[:200]}); "
+            f"recovery {self.recoveries} of {self.options.max_recoveries}",
+            level="warning",
+            step=step,
+        )
+        # The upload in flight is host-side work: let it commit, so the
+        # restore below loses as little as possible.
+        manager.wait()
+        with contextlib.suppress(Exception):
+            manager.check()
+        time.sleep(self.options.recovery_backoff_seconds * 2 ** (self.recoveries - 1))
+        self.accelerator.reconnect()
+        self.events.emit(
+            "recovery.reconnected",
+            "reconnected; rebuilding in a fresh strategy scope and restoring",
+            step=step,
+        )
+
+    def make_duties(
+        self,
+        driver: Driver,
+        session: RunSession,
+        manager: CheckpointManager,
+        start: int,
+    ) -> StepDuties:
+        """The inner loop's duties from ``start`` on."""
+        age = vm_age()
+        triggers = SaveTriggers(
+            TriggerOptions(
+                every_steps=self.options.save_every_steps,
+                every_seconds=self.options.save_every_seconds,
+                lifetime_seconds=self.options.lifetime_seconds,
+                boot_time=time.time() - age.seconds if age else None,
+            ),
+            start_step=start,
+        )
+        duties = StepDuties(
+            session=session,
+            manager=manager,
+            triggers=triggers,
+            controls=self.controls,
+            events=self.events,
+            snapshot=driver.snapshot,
+            tick=self.progress.tick,
+            hooks=self.step_hooks,
+        )
+        duties.step = start
+        return duties
+
+    def finish(
+        self, total_steps: int | None, session: RunSession, manager: CheckpointManager
+    ) -> None:
+        """Final checkpoint, wait for its commit, then DONE.json (or 'stopped')."""
+        duties = self.duties
+        assert duties is not None
+        duties.save(duties.step, reason="final")
+        manager.wait()
+        manager.check()
+        stopped = self.controls.stop_requested and (
+            total_steps is None or duties.step < total_steps
+        )
+        if stopped:
+            session.close("stopped")
+            self.events.emit(
+                "run.stopped", f"stopped at step {duties.step}", step=duties.step
+            )
+        else:
+            session.complete({"final_step": duties.step, "planned_steps": total_steps})
+
+    def _last_save_if_safe(self, manager: CheckpointManager) -> None:
+        """After an error: save the last complete step, if it is not half-applied."""
+        duties = self.duties
+        if duties is None or not duties.consistent:
+            return
+        try:
+            duties.save(duties.step, reason="error")
+            manager.wait()
+            manager.check()
+        except Exception as exc:
+            self.events.emit(
+                "checkpoint.final_failed",
+                f"could not save after the error: {type(exc).__name__}: {exc}",
+                level="warning",
+                step=duties.step,
+            )
+
+    def _completed_record(self) -> dict[str, Any] | None:
+        """DONE.json, or None while the run has not finished."""
+        try:
+            return self.storage.read_json(rundir.DONE_RECORD)
+        except FileNotFoundError:
+            return None
+        except CorruptRecordError:
+            return {}  # finished, with its plan unreadable: never extended
+
+    def _reopen_completed(self, done: dict[str, Any], total_steps: int | None) -> None:
+        """A finished run asked for more steps: it is training again."""
+        self.storage.delete(rundir.DONE_RECORD)
+        self.events.emit(
+            "run.extended",
+            f"the run had completed at step {done.get('final_step')}; continuing "
+            f"from its final state to step {total_steps}",
+            step=done.get("final_step"),
+        )
+
+    def _load_completed(
+        self, driver: Driver, strategy: Any, done: dict[str, Any] | None = None
+    ) -> None:
+        """The run finished before: rebuild and restore the final state."""
+        with strategy.scope():
+            driver.build()
+        reader = CheckpointManager(
+            self.storage,
+            lease=max(1, current_lease(self.storage)),
+            fence=_never_write,
+            events=self.events,
+        )
+        try:
+            driver.restored(reader.restore(driver.state))
+        finally:
+            reader.close()
+        self.events.emit(
+            "run.already_completed", _completed_message(done or {}, driver.total_steps)
+        )
+
+
+def _asks_for_more(done: dict[str, Any], total_steps: int | None) -> bool:
+    """True when a finished run that reached its planned end is asked to go on."""
+    final = done.get("final_step")
+    planned = done.get("planned_steps", final)  # older records: the final step
+    return (
+        isinstance(final, int)
+        and isinstance(planned, int)
+        and isinstance(total_steps, int)
+        and final == planned
+        and total_steps > planned
+    )
+
+
+def _completed_message(done: dict[str, Any], total_steps: int | None) -> str:
+    final = done.get("final_step")
+    planned = done.get("planned_steps", final)
+    if isinstance(final, int) and isinstance(planned, int) and final < planned:
+        return (
+            f"the run had finished at step {final} of {planned} (a callback such "
+            f"as EarlyStopping ended it); restored its final state"
+        )
+    if isinstance(final, int) and isinstance(total_steps, int) and total_steps < final:
+        return (
+            f"the run had completed at step {final}; asked for {total_steps} steps, "
+            f"it cannot go back: restored its final state (step {final})"
+        )
+    return "the run had completed; restored its final state"
+
+
+def _never_write() -> None:
+    raise FencedError("this reader of a completed run never writes")
+
+
+@contextlib.contextmanager
+def _graceful_sigterm(controls: Controls) -> Iterator[None]:
+    """SIGTERM asks for a clean stop (checkpoint first) instead of killing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        log.warning("SIGTERM: checkpointing and stopping at the next step")
+        controls.stop()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
