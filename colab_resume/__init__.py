@@ -5,6 +5,8 @@ Importing this package never imports TensorFlow.
 
 from colab_resume._version import __version__
 from colab_resume.agent import Agent, AgentOptions
+from colab_resume.agent.callback import StartPoint
+from colab_resume.agent.progress import Progress
 from colab_resume.checkpoint.errors import (
     NoValidCheckpointError,
     StructureMismatchError,
@@ -31,10 +33,12 @@ __all__ = [
     "FencedError",
     "NoValidCheckpointError",
     "NonDeterministicDatasetError",
+    "Progress",
     "RunInUseError",
     "RunSession",
     "RunStatus",
     "SessionOptions",
+    "StartPoint",
     "StorageUnavailableError",
     "StructureMismatchError",
     "__version__",

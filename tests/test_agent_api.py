@@ -170,11 +170,33 @@ def test_short_dataset_names_steps_per_epoch(tmp_path):
         ({"prefer": "quantum"}, "prefer must be one of"),
         ({"storage_options": "anon"}, "storage_options must be a dict"),
         ({"reset_data_fingerprints": "yes"}, "reset_data_fingerprints must be True"),
+        ({"max_recoveries": True}, "max_recoveries must be an int"),
+        (
+            {"heartbeat_seconds": 10, "dead_after_seconds": 5},
+            r"dead_after_seconds \(5\) must be longer than heartbeat_seconds \(10\)",
+        ),
     ],
 )
 def test_bad_options_name_the_field(tmp_path, options, message):
     with pytest.raises(ValueError, match=message):
         cr.Agent(str(tmp_path / "run"), **options)
+
+
+def test_a_misspelt_option_gets_did_you_mean(tmp_path):
+    with pytest.raises(TypeError, match="Did you mean 'save_every_steps'"):
+        cr.Agent(str(tmp_path / "run"), save_every_step=10)
+
+
+def test_close_and_with_end_a_session_the_lighter_path_left_beating(tmp_path):
+    with agent_for(tmp_path / "run") as agent:
+        agent.restore(build_model())  # takes the run; no fit follows
+        assert agent.status().state == "ALIVE"
+    assert agent.status().state == "DEAD"  # stopped cleanly: taken at once
+    again = agent_for(tmp_path / "run")
+    again.restore(build_model())
+    assert again.session is not None and again.session.lease == 2
+    again.close()
+    again.close()  # idempotent
 
 
 def test_unknown_url_scheme(tmp_path):

@@ -21,7 +21,7 @@ from colab_resume.agent.controls import Controls
 from colab_resume.agent.custom_loop import CustomLoop
 from colab_resume.agent.keras_fit import KerasFit
 from colab_resume.agent.loop import RunLoop
-from colab_resume.agent.options import AgentOptions
+from colab_resume.agent.options import agent_options
 from colab_resume.agent.progress import Progress, ProgressTracker
 from colab_resume.agent.steps import StepHook
 from colab_resume.checkpoint import CheckpointManager
@@ -54,7 +54,7 @@ class Agent:
     """
 
     def __init__(self, run_dir: str, **options: Any) -> None:
-        self.options = AgentOptions(**options)
+        self.options = agent_options(**options)
         self.run_dir = run_dir
         self.events = EventLog()
         self.storage = Storage(

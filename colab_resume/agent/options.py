@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from typing import Any
 
@@ -92,9 +93,24 @@ class AgentOptions:
                 f"run_id must be 1-128 letters, digits, '.', '_' or '-' (or None), "
                 f"got {self.run_id!r}; e.g. run_id='mnist-resnet-v3'."
             )
-        if not isinstance(self.max_recoveries, int) or self.max_recoveries < 0:
+        if (
+            isinstance(self.max_recoveries, bool)
+            or not isinstance(self.max_recoveries, int)
+            or self.max_recoveries < 0
+        ):
             raise ValueError(
                 f"max_recoveries must be an int >= 0, got {self.max_recoveries!r}."
+            )
+        if (
+            self.dead_after_seconds is not None
+            and self.dead_after_seconds <= self.heartbeat_seconds
+        ):
+            raise ValueError(
+                f"dead_after_seconds ({self.dead_after_seconds:g}) must be longer "
+                f"than heartbeat_seconds ({self.heartbeat_seconds:g}), or a live "
+                f"session would look dead between two beats; e.g. "
+                f"dead_after_seconds={4 * self.heartbeat_seconds:g} (4 beats), or "
+                f"None for that default."
             )
         if not isinstance(self.takeover, bool):
             raise ValueError(f"takeover must be True or False, got {self.takeover!r}.")
@@ -136,3 +152,23 @@ def _positive_number(options: AgentOptions, name: str, optional: bool = False) -
         raise ValueError(
             f"{name} must be a number of seconds > 0{tail}, got {value!r}."
         )
+
+
+def agent_options(**options: Any) -> AgentOptions:
+    """``AgentOptions(**options)``, answering a misspelt name with "did you mean".
+
+    Raises:
+        TypeError: an option that does not exist (the message suggests the
+            closest one and lists them all).
+        ValueError: a bad value (the message names the field and the fix).
+    """
+    known = [f.name for f in dataclasses.fields(AgentOptions)]
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise TypeError(
+                f"Agent got an unknown option {name!r}.{hint} The options are: "
+                f"{', '.join(known)}."
+            )
+    return AgentOptions(**options)
