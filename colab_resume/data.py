@@ -86,6 +86,34 @@ def epoch_dataset(
     return dataset.take(steps_per_epoch - skip)
 
 
+def check_global_batch(dataset: Any, replicas: int, epoch: int) -> None:
+    """Refuse batches that cannot be split evenly over ``replicas``.
+
+    TensorFlow would fail deep inside the step with a shape error (``AddN``,
+    ``[17,8] != [16,8]``) on the first uneven batch.
+
+    Raises:
+        DatasetError: a batch's size is not a multiple of ``replicas``.
+    """
+    import tensorflow as tf
+
+    if replicas <= 1:
+        return
+    first = tf.nest.flatten(dataset.element_spec)[0]
+    size = first.shape[0] if first.shape.rank else None
+    if size is None:  # not static (no drop_remainder): look at the first batch
+        for batch in dataset.take(1):
+            size = int(tf.nest.flatten(batch)[0].shape[0])
+    if size is not None and size % replicas:
+        good = max(replicas, size - size % replicas)
+        raise DatasetError(
+            f"make_dataset({epoch}) yields batches of {size} examples, which "
+            f"cannot be split evenly over {replicas} replicas. Batch by a "
+            f"multiple of {replicas} (e.g. {good}) — the global batch — with "
+            f".batch(n, drop_remainder=True) so no short batch remains."
+        )
+
+
 def accepts_skip(make_dataset: Callable[..., Any]) -> bool:
     """True when ``make_dataset`` takes a ``skip`` keyword (it skips index-first)."""
     try:

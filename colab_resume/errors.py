@@ -26,6 +26,10 @@ class BucketNotFoundError(StorageError, FileNotFoundError):
     """The GCS bucket named in the run directory does not exist."""
 
 
+class RunDirNotFoundError(StorageError, FileNotFoundError):
+    """A local run directory that readers were pointed at does not exist."""
+
+
 class NoCredentialsError(StorageError):
     """No Google credentials could be found for a ``gs://`` run directory."""
 

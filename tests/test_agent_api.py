@@ -77,6 +77,35 @@ def test_fit_completes_and_a_second_fit_returns_at_once(tmp_path):
 
 def test_stop_checkpoints_and_the_next_fit_continues(tmp_path):
     agent = agent_for(tmp_path / "run", save_every_steps=100)
+    history = agent.fit(
+        build_model,
+        make_dataset,
+        epochs=2,
+        steps_per_epoch=16,
+        verbose=0,
+        callbacks=[AtStep(5, agent.stop)],
+    )
+    # A stop is visible, not a silent half-trained "finished" model.
+    assert history.stopped is True and agent.stopped is True
+    [stopped] = agent.events.recent(kind="run.stopped")
+    assert stopped.level == "warning" and "Run the same code again" in stopped.message
+    status = agent.status()
+    assert status.state == "DEAD" and status.holder_state == "stopped"
+    assert status.checkpoint_step == 5  # saved at the step it stopped
+    resumed = agent_for(tmp_path / "run", save_every_steps=100)
+    history = resumed.fit(
+        build_model, make_dataset, epochs=2, steps_per_epoch=16, verbose=0
+    )
+    assert history.stopped is False and resumed.stopped is False
+    assert resumed.checkpoints is not None
+    assert resumed.events.recent(kind="checkpoint.restored")[0].step == 5
+    [said] = resumed.events.recent(kind="run.resumed_at")
+    assert said.message.startswith("resumed at step 5 (epoch 0) from the checkpoint")
+    assert resumed.status().state == "COMPLETED"
+
+
+def test_a_resume_says_where_it_resumed_above_the_progress_bar(tmp_path, capsys):
+    agent = agent_for(tmp_path / "run", save_every_steps=100)
     agent.fit(
         build_model,
         make_dataset,
@@ -85,14 +114,47 @@ def test_stop_checkpoints_and_the_next_fit_continues(tmp_path):
         verbose=0,
         callbacks=[AtStep(5, agent.stop)],
     )
-    status = agent.status()
-    assert status.state == "DEAD" and status.holder_state == "stopped"
-    assert status.checkpoint_step == 5  # saved at the step it stopped
-    resumed = agent_for(tmp_path / "run", save_every_steps=100)
-    resumed.fit(build_model, make_dataset, epochs=2, steps_per_epoch=16, verbose=0)
-    assert resumed.checkpoints is not None
-    assert resumed.events.recent(kind="checkpoint.restored")[0].step == 5
-    assert resumed.status().state == "COMPLETED"
+    capsys.readouterr()
+    resumed = agent_for(tmp_path / "run")
+    resumed.fit(build_model, make_dataset, epochs=2, steps_per_epoch=16, verbose=2)
+    printed = capsys.readouterr().out
+    assert printed.count("resumed at step 5 (epoch 0) from the checkpoint") == 1
+
+
+def test_one_slash_after_gs_is_refused_with_the_fix():
+    with pytest.raises(cr.errors.UnsupportedURLError, match="did you mean 'gs://b/x'"):
+        cr.Agent("gs:/b/x")
+
+
+def test_a_batch_that_cannot_be_split_over_the_replicas_is_named():
+    from colab_resume.data import check_global_batch
+
+    uneven = tf.data.Dataset.from_tensor_slices((X, Y)).batch(17)
+    with pytest.raises(DatasetError, match="batches of 17 examples.*2 replicas"):
+        check_global_batch(uneven, 2, epoch=0)
+    check_global_batch(uneven, 1, epoch=0)  # one replica: anything goes
+    check_global_batch(tf.data.Dataset.from_tensor_slices((X, Y)).batch(16), 2, 0)
+
+
+def test_restore_without_keras_fails_before_touching_the_run(tmp_path):
+    """Keras hidden from the import system, as on a machine without it."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    code = (
+        "import sys; sys.modules['keras'] = None\n"
+        "import colab_resume as cr\n"
+        f"agent = cr.Agent({str(run_dir)!r}, prefer='cpu')\n"
+        "agent.restore(object())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    assert "Keras is not installed" in result.stderr
+    assert "pip install 'keras>=3'" in result.stderr
+    assert not run_dir.exists()  # no lease taken, no FAILED run left behind
 
 
 def test_save_now_and_pause_resume_from_another_thread(tmp_path):

@@ -165,6 +165,13 @@ def test_bad_url_is_a_one_line_error_naming_the_fix(capsys):
     assert "Unknown URL scheme 'foo://'" in err and "gs://bucket/path" in err
 
 
+def test_a_local_run_dir_that_does_not_exist_is_named_not_new(tmp_path, capsys):
+    missing = tmp_path / "runs" / "typo"
+    assert main(["status", str(missing)]) == 1
+    err = capsys.readouterr().err
+    assert f"no run directory at {missing}" in err and "gs://BUCKET" in err
+
+
 def test_missing_bucket_names_the_create_command(emulator, capsys):
     rc = main(
         [

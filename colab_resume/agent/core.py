@@ -28,6 +28,7 @@ from colab_resume.checkpoint import CheckpointManager
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, RunStatus, read_status
 from colab_resume.runtime import Accelerator, Connection, ConnectOptions
+from colab_resume.runtime.diagnose import require_keras
 from colab_resume.storage import RetryPolicy, Storage
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,8 @@ class Agent:
 
         Returns:
             A ``keras.callbacks.History`` covering the whole run, across
-            restarts. The trained model is :attr:`model`.
+            restarts; its ``stopped`` is True when :meth:`stop` (or SIGTERM)
+            ended it before its end. The trained model is :attr:`model`.
         """
         driver = KerasFit(
             build_model,
@@ -155,6 +157,8 @@ class Agent:
         )
         self._loop.drive(driver)
         self.model = driver.model
+        # Keras-like, yet testable: a History that ended on stop() says so.
+        driver.history.stopped = self._loop.stopped
         driver.history.set_model(driver.model)
         return driver.history
 
@@ -268,6 +272,12 @@ class Agent:
         return self._loop.checkpoints
 
     @property
+    def stopped(self) -> bool:
+        """The last ``fit``/``run`` ended on :meth:`stop` (or SIGTERM) before its
+        planned end: the model is not fully trained; run it again to continue."""
+        return self._loop.stopped
+
+    @property
     def recoveries(self) -> int:
         """Accelerator losses recovered in this process."""
         return self._loop.recoveries
@@ -343,6 +353,7 @@ class Agent:
                     f"agent.restore(model, epochs=10) for a run of 10 epochs over "
                     f"all your model.fit calls."
                 )
+        require_keras()  # before taking the run: a missing install fails nothing
         self.controls.reset()
         session, manager = self._loop.take_run()
         total = epochs * steps_per_epoch if epochs and steps_per_epoch else None

@@ -34,6 +34,7 @@ from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.data import (
     DataFingerprints,
+    check_global_batch,
     epoch_dataset,
     split_step,
 )
@@ -130,6 +131,8 @@ class CustomLoop:
             dataset = epoch_dataset(
                 self.make_dataset, epoch, skip=here, steps_per_epoch=here + steps
             )
+            if epoch == start_epoch:
+                check_global_batch(dataset, strategy.num_replicas_in_sync, epoch)
             iterator = iter(strategy.experimental_distribute_dataset(dataset))
             for _ in range(steps):
                 duties.before_step()

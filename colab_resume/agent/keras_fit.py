@@ -33,6 +33,7 @@ from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.state import ModelAndExtras
 from colab_resume.data import (
     DataFingerprints,
+    check_global_batch,
     epoch_dataset,
     split_step,
 )
@@ -96,6 +97,8 @@ class KerasFit:
         self._state: Any = None  # what checkpoints hold; see `state`
         self._slots: callback_state.ArraySlots | None = None
         self.random_ops: RandomOpWatch | None = None
+        self.resumed_from = ""  # one line for the progress bar, after a restore
+        self.said_resumed = False
         self.callback_states: list[Any] | None = None  # to put back, from a restore
         self.metric_state: list[Any] | None = None
         self.history = _new_history()
@@ -156,6 +159,7 @@ class KerasFit:
         self.history = _new_history(saved.get("epoch"), saved.get("history"))
         self.fingerprints.restored(info.extras.get("fingerprints"), info.step)
         self.last_logs = dict(info.metrics or {})
+        self.resumed_from = info.describe()
         self.callback_states = info.extras.get("callbacks")
         self.metric_state = info.extras.get("metric_state")
         return info.step
@@ -203,6 +207,9 @@ class KerasFit:
                 skip=self.skip,
                 steps_per_epoch=self.steps_per_epoch,
             )
+            if epoch == start_epoch:
+                replicas = self.model.distribute_strategy.num_replicas_in_sync
+                check_global_batch(dataset, replicas, epoch)
             validation = self.validation_data
             if callable(validation):
                 validation = validation(epoch)
@@ -375,6 +382,12 @@ def _make_progbar(driver: KerasFit) -> Any:
         def set_params(self, params: dict[str, Any]) -> None:
             params = dict(params, epochs=driver.epochs, steps=driver.steps_per_epoch)
             super().set_params(params)
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            super().on_train_begin(logs)
+            if driver.resumed_from and not driver.said_resumed:
+                driver.said_resumed = True  # once per call, above the bars
+                print(driver.resumed_from, flush=True)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             super().on_epoch_begin(epoch, logs)

@@ -75,6 +75,7 @@ class RunLoop:
         self.checkpoints: CheckpointManager | None = None
         self.duties: StepDuties | None = None
         self.recoveries = 0
+        self.stopped = False  # the last drive ended on stop(), before its end
         self.step_hooks: list[StepHook] = []
         # History samples and panel refreshes, once a second from the loop.
         self.progress = ProgressTracker(self)
@@ -93,6 +94,7 @@ class RunLoop:
         """Train ``driver`` to its end: steps 1 to 5 of the class docstring."""
         strategy = self.connect()
         self.controls.reset()
+        self.stopped = False
         done = self._completed_record()
         if done is not None and not _asks_for_more(done, driver.total_steps):
             self._load_completed(driver, strategy, done)
@@ -105,6 +107,10 @@ class RunLoop:
             with _graceful_sigterm(self.controls):
                 self._train_with_recovery(driver, session, manager)
             self.finish(driver.total_steps, session, manager)
+        except KeyboardInterrupt:
+            self.fail(KeyboardInterrupt(), session, manager)
+            # One line instead of TensorFlow's traceback: what is safe, what next.
+            raise KeyboardInterrupt(self._interrupted_message(manager)) from None
         except BaseException as exc:
             self.fail(exc, session, manager)
             raise
@@ -163,6 +169,8 @@ class RunLoop:
                     driver.build()
                 info = manager.restore(driver.state)
                 start = driver.restored(info)
+                if info is not None:
+                    self.events.emit("run.resumed_at", info.describe(), step=start)
                 self.duties = self.make_duties(driver, session, manager, start)
                 session.update(state="training", step=start)
                 if driver.total_steps is None or start < driver.total_steps:
@@ -246,16 +254,35 @@ class RunLoop:
         duties.save(duties.step, reason="final")
         manager.wait()
         manager.check()
-        stopped = self.controls.stop_requested and (
+        self.stopped = self.controls.stop_requested and (
             total_steps is None or duties.step < total_steps
         )
-        if stopped:
+        if self.stopped:
             session.close("stopped")
+            of = f" of {total_steps}" if total_steps else ""
             self.events.emit(
-                "run.stopped", f"stopped at step {duties.step}", step=duties.step
+                "run.stopped",
+                f"training stopped at step {duties.step}{of} (stop() or SIGTERM), "
+                f"before its end; its checkpoint is committed. Run the same code "
+                f"again to continue.",
+                level="warning",
+                step=duties.step,
             )
         else:
             session.complete({"final_step": duties.step, "planned_steps": total_steps})
+
+    def _interrupted_message(self, manager: CheckpointManager) -> str:
+        step = self.duties.step if self.duties else None
+        last = manager.last_committed
+        saved = (
+            f"the checkpoint of step {last.step} is committed"
+            if last is not None
+            else "no checkpoint was committed yet"
+        )
+        return (
+            f"interrupted at step {step}: {saved}. Run the same code again to "
+            f"continue from there."
+        )
 
     def _last_save_if_safe(self, manager: CheckpointManager) -> None:
         """After an error: save the last complete step, if it is not half-applied."""

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +57,20 @@ class RestoredInfo:
     extras: dict[str, Any]
     skipped: tuple[tuple[str, str], ...] = ()
     skipped_groups: tuple[str, ...] = ()
+
+    def describe(self, now: float | None = None) -> str:
+        """One line for the user: where training resumes, from what."""
+        age = max(0.0, (time.time() if now is None else now) - self.wall_time)
+        if age < 120:
+            ago = f"{age:.0f} s"
+        elif age < 7200:
+            ago = f"{age / 60:.0f} min"
+        else:
+            ago = f"{age / 3600:.1f} h"
+        return (
+            f"resumed at step {self.step} (epoch {self.epoch}) from the checkpoint "
+            f"session {self.lease} committed {ago} ago"
+        )
 
 
 # Variables are what TrainingState.nbytes counts; opaque state (iterators,

@@ -196,6 +196,27 @@ def import_tensorflow(info: RuntimeInfo | None = None) -> ModuleType:
     return tf
 
 
+def require_keras() -> None:
+    """Import TensorFlow and Keras 3, or say exactly what to install.
+
+    Raises:
+        TensorFlowNotInstalledError: either cannot be imported.
+    """
+    import_tensorflow()
+    try:
+        import keras
+    except ImportError as exc:
+        raise TensorFlowNotInstalledError(
+            f"Keras is not installed ({type(exc).__name__}: {exc}). Install it "
+            f"with: pip install 'keras>=3' ; then {RESTART}."
+        ) from exc
+    if not str(getattr(keras, "__version__", "3")).startswith("3"):
+        raise TensorFlowNotInstalledError(
+            f"colab_resume needs Keras 3, found Keras {keras.__version__}. "
+            f"Install it with: pip install 'keras>=3' ; then {RESTART}."
+        )
+
+
 def tpu_support_missing_error(
     info: RuntimeInfo, cause: BaseException | str
 ) -> TPUSupportMissingError:

@@ -87,6 +87,14 @@ def split_url(url: str) -> tuple[str, str]:
             f"or a local path, got {url!r}."
         )
     text = os.fspath(url)
+    for scheme in ("gs", "gcs"):
+        if text.startswith(f"{scheme}:/") and not text.startswith(f"{scheme}://"):
+            # fsspec would take it for a local folder named "gs:".
+            fixed = f"{scheme}://" + text[len(scheme) + 1 :].lstrip("/")
+            raise UnsupportedURLError(
+                f"run_dir {text!r} has one slash after '{scheme}:'; did you mean "
+                f"{fixed!r}?"
+            )
     protocol, _ = fsspec.core.split_protocol(text)
     protocol = protocol or "file"
     try:

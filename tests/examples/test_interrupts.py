@@ -63,8 +63,11 @@ def fit(run_dir, callbacks) -> keras.callbacks.History:
 
 
 def test_ctrl_c_between_an_epochs_last_batch_and_its_end_drops_no_epoch(tmp_path):
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as caught:
         fit(tmp_path / "run", [CtrlCInValidation(epoch=1)])
+    # One line for the user instead of TensorFlow's traceback.
+    assert str(caught.value).startswith("interrupted at step 16: the checkpoint of")
+    assert str(caught.value).endswith("Run the same code again to continue from there.")
     history = fit(tmp_path / "run", [CtrlCInValidation(epoch=-1)])
     assert history.epoch == [0, 1, 2]
     assert len(history.history["val_loss"]) == 3
