@@ -1,4 +1,4 @@
-"""DESIGN §6 guarantees 1 and 3 end to end: real TF, real SIGKILLs, GCS emulator.
+"""docs/DESIGN.md §6 guarantees 1 and 3 end to end: TF, SIGKILLs, GCS emulator.
 
 Every run trains the same small Keras model (Dense, Dropout, BatchNorm,
 Adam) under a 2-replica MirroredStrategy with op determinism; a run that is

@@ -139,7 +139,7 @@ def test_alive_then_dead_within_bound_after_sigkill(gcs_run_dir, emulator, gcs_o
     killed = time.monotonic()
     wait_for(lambda: cr.inspect(gcs_run_dir, gcs_options).state == "DEAD", timeout=15)
     detected = time.monotonic() - killed
-    # DESIGN §6.4: DEAD within dead_after + one beat (+ one status poll).
+    # docs/DESIGN.md §6.4: DEAD within dead_after + one beat (+ one status poll).
     assert detected <= DEAD_AFTER + BEAT + 0.5, detected
     assert detected >= DEAD_AFTER - BEAT - 1.0, detected  # not before it could know
 

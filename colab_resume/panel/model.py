@@ -13,7 +13,7 @@ import html
 import math
 from collections.abc import Sequence
 
-# Badge colours by state; the states of DESIGN §4 plus the holder's own.
+# Badge colours by state; the states of docs/DESIGN.md §4 plus the holder's own.
 BADGE_COLOURS = {
     "not started": "#9e9e9e",
     "starting": "#1e88e5",
