@@ -139,7 +139,7 @@ def make_callback(
     """
     import keras
 
-    class ColabResumeCallback(keras.callbacks.Callback):
+    class ColabResumeCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras
         def __init__(self) -> None:
             super().__init__()
             self.offset = 0
@@ -231,7 +231,7 @@ class _FitWatch:
 
 def _fit_frame(model: Any) -> FrameType | None:
     """The frame of the ``model.fit`` call delivering ``on_train_begin``."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
             return frame

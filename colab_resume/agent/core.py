@@ -399,7 +399,8 @@ class Agent:
                     manager.close()
 
         def finish() -> None:
-            total = driver.epochs * driver.steps_per_epoch if driver.epochs else None
+            epochs, steps = driver.epochs, driver.steps_per_epoch
+            total = epochs * steps if epochs and steps else None
             end(lambda: self._finish(total, session, manager))
 
         def pause_between() -> None:
