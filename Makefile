@@ -14,7 +14,8 @@ $(STAMP): setup.py pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+# Lint first: CI runs `make test` only, so this is where lint is enforced.
+test: lint
 	$(PY) -m pytest -q
 
 # The chaos soak (not in CI; ~15 min on 2 cores): >= 50 random SIGKILLs,

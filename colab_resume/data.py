@@ -1,4 +1,4 @@
-"""Epoch datasets positioned at a step (DESIGN §2: iterators can't be checkpointed).
+"""Epoch datasets positioned at a step (docs/DESIGN.md §2: no iterator checkpoints).
 
 A distributed iterator cannot be saved, so the data position is restored by
 rebuilding the epoch's dataset with ``make_dataset(epoch)`` and skipping the

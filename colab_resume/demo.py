@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 HEARTBEAT_SECONDS = 0.5
 DEAD_AFTER_SECONDS = 2.0
@@ -60,8 +61,11 @@ def _train(run_dir: str, out: str) -> None:
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(2000, seed=epoch)
         return ds.batch(64, drop_remainder=True).skip(skip)
 
-    class Slow(keras.callbacks.Callback):  # so the story is watchable
-        def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+    # keras ships no type hints; Slow slows the story down so it is watchable.
+    class Slow(keras.callbacks.Callback):  # type: ignore[misc]
+        def on_train_batch_end(
+            self, batch: int, logs: dict[str, Any] | None = None
+        ) -> None:
             time.sleep(0.03)
 
     agent = Agent(
@@ -84,7 +88,7 @@ def _train(run_dir: str, out: str) -> None:
     np.savez(out, *[v.numpy() for v in variables])
 
 
-def _child(run_dir: str, out: str) -> subprocess.Popen:
+def _child(run_dir: str, out: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "colab_resume.demo", "--train", run_dir, out],
         stderr=subprocess.DEVNULL,

@@ -1,4 +1,4 @@
-"""Names inside a run directory (DESIGN §4): the protocol's vocabulary.
+"""Names inside a run directory (docs/DESIGN.md §4): the protocol's vocabulary.
 
 ```
 run.json                                   create-only: run id, created, version

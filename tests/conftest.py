@@ -7,8 +7,11 @@ is about.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import os
+import re
 import sys
 
 import pytest
@@ -24,6 +27,41 @@ from emulator import Emulator  # noqa: E402
 from faultproxy import fault_proxy  # noqa: E402,F401  (the fault_proxy fixture)
 
 _bucket_numbers = itertools.count(1)
+
+# What makes a test a TensorFlow test: it imports TensorFlow or Keras (the
+# Keras here runs on TensorFlow), or it runs a worker that trains.
+_TF_IMPORT = re.compile(r"^\s*(import|from)\s+(tensorflow|keras)\b", re.MULTILINE)
+_TF_WORKERS = re.compile(r"[\"'](agent_worker|checkpoint_worker|light_worker)[\"']")
+_EMULATOR_FIXTURES = {"emulator", "fault_proxy"}
+
+
+@functools.cache
+def _module_uses_tf(path: str) -> bool:
+    """Whether a test module imports TensorFlow at its top, or runs a TF worker."""
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    top = "".join(line for line in source.splitlines(True) if not line[:1].isspace())
+    return bool(_TF_IMPORT.search(top) or _TF_WORKERS.search(source))
+
+
+def _uses_tf(item: pytest.Item) -> bool:
+    if _module_uses_tf(str(item.path)):
+        return True
+    function = getattr(item, "function", None)
+    try:
+        source = inspect.getsource(function) if function is not None else ""
+    except (OSError, TypeError):
+        return False
+    return bool(_TF_IMPORT.search(source))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests ``emulator`` (they use it) and ``tf`` (they run TensorFlow)."""
+    for item in items:
+        if _EMULATOR_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.emulator)
+        if _uses_tf(item):
+            item.add_marker(pytest.mark.tf)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Objects deleted or damaged behind the agent's back (DESIGN §4), on the emulator.
+"""Objects deleted or damaged behind the agent's back (docs/DESIGN.md §4), emulated GCS.
 
 - the heartbeat deleted: the holder writes it again at its next beat;
 - its own lease deleted: the holder recreates it, create-only, and keeps

@@ -13,15 +13,13 @@ that a fenced session commits nothing afterwards.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
+
+from support import Process, worker
 
 from colab_resume.heartbeat.lease import list_leases
 from colab_resume.storage import Storage
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 ROUNDS, RACERS = 10, 3
 
 
@@ -30,33 +28,22 @@ def test_ten_takeover_races_never_two_committers(
 ):
     log = tmp_path / "commits.jsonl"
     storage = Storage(gcs_run_dir, gcs_options)
-    running: list[subprocess.Popen] = []
+    running: list[Process] = []
     winners = 0
     for _ in range(ROUNDS):
         start_at = time.time() + 1.5  # enough for the racers to import
         racers = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    os.path.join(HERE, "race_committer.py"),
-                    gcs_run_dir,
-                    "--endpoint",
-                    emulator.url,
-                    "--start-at",
-                    str(start_at),
-                    "--log",
-                    str(log),
-                    "--seconds",
-                    "3",
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
+            worker(
+                "race_committer",
+                gcs_run_dir,
+                *("--endpoint", emulator.url, "--start-at", str(start_at)),
+                *("--log", str(log), "--seconds", "3"),
             )
             for _ in range(RACERS)
         ]
         running += racers
         time.sleep(2.5)  # the race is decided; the winner commits on
-    outputs = [proc.communicate(timeout=60)[0] for proc in running]
+    outputs = [proc.finish(expect_rc=None, timeout=60).stdout for proc in running]
     won = [o for o in outputs if o.startswith("WON")]
     winners = len(won)
     leases = {number: info.updated for number, info in list_leases(storage)}

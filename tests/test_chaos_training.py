@@ -1,6 +1,6 @@
 """Training through storage chaos: real HTTP faults, real TF, bitwise results.
 
-A worker process (``tests/agent_worker.py``) trains through the
+A worker process (``tests/workers/agent_worker.py``) trains through the
 fault-injecting proxy; its weights must be bitwise those of a clean run,
 and the proxy's counters prove the faults were really there.
 """
@@ -8,37 +8,25 @@ and the proxy's counters prove the faults were really there.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
-import numpy as np
 import pytest
 from faultproxy import FaultMix
+from support import Process, assert_bitwise_equal, wait_for, worker
 
 from colab_resume.checkpoint import catalog
 from colab_resume.storage import Storage
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER = os.path.join(HERE, "agent_worker.py")
 SAVE_STEPS = [5, 10, 15, 20, 25, 30, 35, 36]  # 36 steps, a save every 5, final
 
 
-def start(run_dir: str, out: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, WORKER, run_dir, out, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": HERE},
-    )
+def start(run_dir: str, out: str, *args: str) -> Process:
+    return worker("agent_worker", run_dir, out, *args)
 
 
-def finish(proc: subprocess.Popen, expect_rc: int = 0) -> tuple[str, str]:
-    stdout, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == expect_rc, stdout + stderr[-4000:]
-    return stdout, stderr
+def finish(proc: Process, expect_rc: int = 0) -> tuple[str, str]:
+    result = proc.finish(expect_rc, timeout=300)
+    return result.stdout, result.stderr
 
 
 def events(path: str) -> list[dict]:
@@ -48,12 +36,6 @@ def events(path: str) -> list[dict]:
 
 def kinds(evs: list[dict], kind: str) -> list[dict]:
     return [e for e in evs if e["kind"] == kind]
-
-
-def assert_bitwise_equal(expected: str, actual: str) -> None:
-    a, b = np.load(expected), np.load(actual)
-    assert sorted(a.files) == sorted(b.files)
-    assert not [k for k in a.files if not np.array_equal(a[k], b[k])]
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +88,13 @@ def test_outage_longer_than_a_save_interval_waits_and_catches_up(
         "0.2",
     )
     direct = Storage(gcs_run_dir, gcs_options)
-    _wait_until(lambda: _committed_steps(direct), timeout=120, proc=proc)
+    wait_for(
+        lambda: _committed_steps(direct),
+        120,
+        "a committed checkpoint",
+        interval=0.1,
+        unless=proc.exited_early,
+    )
     before = _committed_steps(direct)
     fault_proxy.outage(4.0, kind="503")
     finish(proc)
@@ -138,7 +126,13 @@ def test_outage_beyond_the_retry_budget_fails_clearly_and_resumes_later(
         "2",
     )
     direct = Storage(gcs_run_dir, gcs_options)
-    _wait_until(lambda: _committed_steps(direct), timeout=120, proc=proc)
+    wait_for(
+        lambda: _committed_steps(direct),
+        120,
+        "a committed checkpoint",
+        interval=0.1,
+        unless=proc.exited_early,
+    )
     committed_before = _committed_steps(direct)
     fault_proxy.start_outage(kind="reset")
     try:
@@ -176,11 +170,18 @@ def test_agent_trains_on_while_only_heartbeats_fail(
         "0.3",
     )
     direct = Storage(gcs_run_dir, gcs_options)
-    _wait_until(lambda: _committed_steps(direct), timeout=120, proc=proc)
+    wait_for(
+        lambda: _committed_steps(direct),
+        120,
+        "a committed checkpoint",
+        interval=0.1,
+        unless=proc.exited_early,
+    )
     fault_proxy.set_mix(
         FaultMix(error_rate=1.0, statuses=(503,), body_match=b"/heartbeat/")
     )
-    time.sleep(7.0)  # a beat retries for 2 s; three in a row make an error
+    time.sleep(7.0)  # the fault lasts this long: a beat retries for 2 s, three
+    # failed in a row make an error (a duration, not a wait for an event)
     fault_proxy.set_mix(FaultMix())
     finish(proc)
     assert fault_proxy.counts["error:503"] >= 3, fault_proxy.counts
@@ -195,14 +196,3 @@ def test_agent_trains_on_while_only_heartbeats_fail(
 
 def _committed_steps(storage: Storage) -> list[int]:
     return sorted(d.name.step for d in catalog.scan(storage) if d.committed)
-
-
-def _wait_until(condition, *, timeout: float, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        if proc.poll() is not None:
-            raise AssertionError(f"worker ended early: {proc.communicate()}")
-        time.sleep(0.1)
-    raise AssertionError("timed out")

@@ -26,8 +26,6 @@ from colab_resume.events import EventLog
 from colab_resume.rundir import MANIFEST, CheckpointName
 from colab_resume.storage import Storage
 
-pytestmark = [pytest.mark.emulator, pytest.mark.tf]
-
 
 def make_state(seed: int, rows: int = 64) -> dict:
     rng = np.random.default_rng(seed)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from processes import holder
+from support import Process, cli, run_cli, wait_for, worker
 
 from colab_resume import rundir
 from colab_resume.cli import main
@@ -18,10 +18,8 @@ from colab_resume.storage import Storage
 CLI = [sys.executable, "-m", "colab_resume"]
 
 
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        CLI + list(args), capture_output=True, text=True, timeout=timeout, check=False
-    )
+def holder(run_dir: str, endpoint: str, *args: str) -> Process:
+    return worker("holder", run_dir, "--endpoint", endpoint, *args)
 
 
 def endpoint_args(emulator) -> list[str]:
@@ -37,10 +35,14 @@ def test_status_json_says_dead_after_the_holder_is_killed(gcs_run_dir, emulator)
     assert alive.returncode == 0, alive.stderr
     assert json.loads(alive.stdout)["state"] == "ALIVE"
     proc.kill()
-    time.sleep(1.5 + 0.3 + 0.5)
-    dead = run_cli("status", gcs_run_dir, "--json", *endpoint_args(emulator))
-    status = json.loads(dead.stdout)
-    assert status["state"] == "DEAD"
+
+    def dead_status() -> dict | None:
+        dead = run_cli("status", gcs_run_dir, "--json", *endpoint_args(emulator))
+        status = json.loads(dead.stdout)
+        return status if status["state"] == "DEAD" else None
+
+    # DEAD within dead_after (1.5 s) + one beat (0.3 s) + slack for a poll.
+    status = wait_for(dead_status, 1.5 + 0.3 + 0.5, "status DEAD", interval=0.1)
     for key in (
         "state",
         "step",
@@ -95,26 +97,19 @@ def test_watch_exits_3_on_dead_and_alerts_without_a_shell(
     )
     # A shell would run the $(...) and create `pwned`; we pass it as a plain argument.
     on_dead = f"{sys.executable} -c \"{dump}\" {facts} '$(touch {pwned})'"
-    watcher = subprocess.Popen(
-        CLI
-        + [
-            "watch",
-            gcs_run_dir,
-            "--interval",
-            "0.2",
-            "--on-dead",
-            on_dead,
-            *endpoint_args(emulator),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    watcher = cli(
+        "watch",
+        gcs_run_dir,
+        "--interval",
+        "0.2",
+        "--on-dead",
+        on_dead,
+        *endpoint_args(emulator),
     )
-    time.sleep(1.0)
-    assert watcher.poll() is None  # still watching a live run
+    time.sleep(1.0)  # a second of a live run: watch must not end in it
+    assert watcher.alive  # still watching a live run
     proc.kill()
-    out, err = watcher.communicate(timeout=30)
-    assert watcher.returncode == 3, (out, err)
+    out = watcher.finish(expect_rc=3, timeout=30).stdout
     assert "ALIVE" in out and "DEAD" in out
     env = json.loads(facts.read_text())
     assert env["COLAB_RESUME_STATE"] == "DEAD"

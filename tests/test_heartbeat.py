@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from processes import holder
+from support import Process, worker
+from support import wait_for as wait_until
 
 import colab_resume as cr
 from colab_resume import rundir
@@ -18,15 +19,12 @@ BEAT = 0.4
 DEAD_AFTER = 2.0
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.1):
-    """Poll until ``predicate()`` returns something truthy; return it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+def wait_for(predicate, timeout: float):
+    return wait_until(predicate, timeout, "the run's status", interval=0.1)
+
+
+def holder(run_dir: str, endpoint: str, *args: str) -> Process:
+    return worker("holder", run_dir, "--endpoint", endpoint, *args)
 
 
 @pytest.fixture
@@ -139,7 +137,7 @@ def test_alive_then_dead_within_bound_after_sigkill(gcs_run_dir, emulator, gcs_o
     killed = time.monotonic()
     wait_for(lambda: cr.inspect(gcs_run_dir, gcs_options).state == "DEAD", timeout=15)
     detected = time.monotonic() - killed
-    # DESIGN §6.4: DEAD within dead_after + one beat (+ one status poll).
+    # docs/DESIGN.md §6.4: DEAD within dead_after + one beat (+ one status poll).
     assert detected <= DEAD_AFTER + BEAT + 0.5, detected
     assert detected >= DEAD_AFTER - BEAT - 1.0, detected  # not before it could know
 

@@ -1,6 +1,6 @@
 """The lighter path over several ``model.fit`` calls: real processes, real SIGKILLs.
 
-``tests/light_worker.py`` trains in two phases (each its own ``model.fit``
+``tests/workers/light_worker.py`` trains in two phases (each its own ``model.fit``
 with ``agent.callback()``) toward ``agent.restore(model, epochs=4)``. The
 run must read COMPLETED only once the last phase ends, a kill mid-phase-2
 must resume bitwise (finishing the interrupted epoch with a shortened
@@ -13,34 +13,25 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 
-import numpy as np
 import pytest
-from processes import Proc
+from support import assert_bitwise_equal, run_cli, run_worker, worker
 
 from colab_resume import rundir
 from colab_resume.storage import Storage
 
 pytest.importorskip("tensorflow", reason="the lighter path trains with TensorFlow")
 
-WORKER = os.path.join(os.path.dirname(__file__), "light_worker.py")
 TOTAL, PHASE_2_START = 48, 24  # 4 epochs x 12 steps; phase 2 from epoch 2
 SEED = int(os.environ.get("EXAMPLES_SEED", random.randrange(1 << 30)))
 
 
 def work(run_dir: str, out: str, *args: str, expect_rc: int = 0) -> str:
-    argv = [sys.executable, WORKER, run_dir, out, *args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert result.returncode == expect_rc, result.stdout + result.stderr[-3000:]
-    return result.stdout
+    return run_worker("light_worker", run_dir, out, *args, expect_rc=expect_rc).stdout
 
 
 def cli_status(run_dir: str) -> dict:
-    argv = [sys.executable, "-m", "colab_resume", "status", run_dir, "--json"]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    return json.loads(result.stdout)
+    return json.loads(run_cli("status", run_dir, "--json").stdout)
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +44,8 @@ def reference(tmp_path_factory) -> str:
 
 def test_run_between_phases_is_alive_and_completes_at_the_planned_end(tmp_path):
     run_dir = str(tmp_path / "run")
-    proc = Proc(
-        [sys.executable, WORKER, run_dir, str(tmp_path / "w.npz")]
-        + ["--between-seconds", "4"]
+    proc = worker(
+        "light_worker", run_dir, str(tmp_path / "w.npz"), "--between-seconds", "4"
     )
     try:
         while not proc.expect("", timeout=120).startswith("BETWEEN"):
@@ -64,7 +54,7 @@ def test_run_between_phases_is_alive_and_completes_at_the_planned_end(tmp_path):
         assert status["state"] == "ALIVE", status
         assert status["checkpoint_step"] == PHASE_2_START  # phase 1's end, saved
         assert not Storage(run_dir).exists(rundir.DONE_RECORD)
-        assert proc.popen.wait(timeout=120) == 0
+        proc.finish(expect_rc=0, timeout=120)
     finally:
         proc.kill()
     status = cli_status(run_dir)
@@ -94,9 +84,7 @@ def test_killed_mid_phase_2_resumes_bitwise(reference, tmp_path):
         if line.startswith("COMMITTED")
     ]
     assert committed and min(committed) > restored and max(committed) == TOTAL, where
-    a, b = np.load(reference), np.load(out)
-    different = [k for k in a.files if not np.array_equal(a[k], b[k])]
-    assert not different, f"{where} variables differ: {different}"
+    assert_bitwise_equal(reference, out, where=where)
     assert cli_status(run_dir)["state"] == "COMPLETED"
 
 

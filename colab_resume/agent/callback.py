@@ -158,7 +158,7 @@ def make_callback(
     """
     import keras
 
-    class ColabResumeCallback(keras.callbacks.Callback):
+    class ColabResumeCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras
         def __init__(self) -> None:
             super().__init__()
             self.offset = 0

@@ -109,7 +109,7 @@ class CustomLoop:
 
         state, user_step = self.state, self.train_step
 
-        @tf.function
+        @tf.function  # type: ignore[untyped-decorator]  # tensorflow: untyped
         def distributed_step(iterator: Any) -> Any:
             outputs = strategy.run(user_step, args=(state, next(iterator)))
             # SUM, not MEAN: the replicas' values are shares of the global

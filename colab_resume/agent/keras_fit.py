@@ -63,7 +63,7 @@ class KerasFit:
         validation_steps: int | None = None,
         validation_freq: int = 1,
         class_weight: dict[int, float] | None = None,
-        warn: Callable[[str], None] | None = None,
+        warn: Callable[[str], object] | None = None,
         reset_fingerprints: bool = False,
         events: EventLog | None = None,
         extra_state: Mapping[str, Any] | None = None,
@@ -295,7 +295,7 @@ def _make_hook(driver: KerasFit, duties: StepDuties) -> Any:
             driver.user_callbacks, add_history=False, add_progbar=False
         )
 
-    class AgentHook(keras.callbacks.Callback):
+    class AgentHook(keras.callbacks.Callback):  # type: ignore[misc]  # untyped keras
         def __init__(self) -> None:
             super().__init__()
             self.users = driver._user_callbacks
@@ -378,7 +378,7 @@ def _make_progbar(driver: KerasFit) -> Any:
     """
     import keras
 
-    class RunProgbar(keras.callbacks.ProgbarLogger):
+    class RunProgbar(keras.callbacks.ProgbarLogger):  # type: ignore[misc]  # untyped
         def set_params(self, params: dict[str, Any]) -> None:
             params = dict(params, epochs=driver.epochs, steps=driver.steps_per_epoch)
             super().set_params(params)
@@ -400,7 +400,9 @@ def _make_progbar(driver: KerasFit) -> Any:
     return RunProgbar()
 
 
-def _new_history(epochs: list[int] | None = None, values: dict | None = None) -> Any:
+def _new_history(
+    epochs: list[int] | None = None, values: dict[str, Any] | None = None
+) -> Any:
     import keras
 
     history = keras.callbacks.History()

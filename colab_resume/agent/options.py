@@ -1,4 +1,4 @@
-"""The Agent's settings, checked up front (DESIGN §5)."""
+"""The Agent's settings, checked up front (docs/DESIGN.md §5)."""
 
 from __future__ import annotations
 

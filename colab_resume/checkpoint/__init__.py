@@ -1,4 +1,4 @@
-"""Checkpoints that are never half-written (DESIGN §4).
+"""Checkpoints that are never half-written (docs/DESIGN.md §4).
 
 TensorFlow writes to a local staging directory; a background thread
 uploads the files and commits ``MANIFEST.json`` last, create-only. Restore

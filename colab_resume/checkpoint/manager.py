@@ -495,7 +495,8 @@ def _jsonable(field: str, value: dict[str, Any] | None) -> dict[str, Any]:
         raise TypeError(f"{type(obj).__name__} is not JSON-able")
 
     try:
-        return json.loads(json.dumps(value, default=coerce))
+        plain: dict[str, Any] = json.loads(json.dumps(value, default=coerce))
+        return plain
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"{field} must hold JSON-able values ({exc}); store tensors and other "

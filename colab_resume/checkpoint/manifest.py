@@ -37,7 +37,8 @@ def crc32c_file(path: str) -> str:
     """GCS-style CRC32C of a local file, read in chunks."""
     import google_crc32c
 
-    checksum = google_crc32c.Checksum()
+    # google_crc32c ships no type hints.
+    checksum: Any = google_crc32c.Checksum()  # type: ignore[no-untyped-call]
     with open(path, "rb") as handle:
         while chunk := handle.read(_CHUNK):
             checksum.update(chunk)
@@ -160,7 +161,9 @@ class Manifest:
         return value
 
     @classmethod
-    def from_json(cls, value: dict[str, Any], *, where: str = "MANIFEST.json"):
+    def from_json(
+        cls, value: dict[str, Any], *, where: str = "MANIFEST.json"
+    ) -> Manifest:
         """Parse an untrusted manifest record.
 
         Raises:

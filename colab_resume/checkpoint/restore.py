@@ -271,7 +271,14 @@ def _read_manifest(storage: Storage, entry: catalog.CheckpointDir) -> Manifest:
 
 
 def _download_and_read(
-    storage, entry, manifest, read, events, scratch_dir, workers, progress_seconds
+    storage: Storage,
+    entry: catalog.CheckpointDir,
+    manifest: Manifest,
+    read: Callable[[str, Manifest], tuple[str, ...]],
+    events: EventLog,
+    scratch_dir: str | None,
+    workers: int,
+    progress_seconds: float,
 ) -> tuple[str, ...]:
     directory = tempfile.mkdtemp(prefix="restore-", dir=scratch_dir)
     try:

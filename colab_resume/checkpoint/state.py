@@ -196,12 +196,13 @@ def expand(state: StateLike) -> dict[str, Any]:
     """
     import keras
 
+    groups: dict[str, Any]
     if isinstance(state, ModelAndExtras):
         with_extras = expand(state.model)
         with_extras.update(state.extras)
         return with_extras
     if isinstance(state, keras.Model):
-        groups: dict[str, Any] = {"model": state}
+        groups = {"model": state}
         optimizer = getattr(state, "optimizer", None)
         if optimizer is not None:
             _build_optimizer(optimizer, [state])

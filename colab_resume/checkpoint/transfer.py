@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.storage import Storage
@@ -53,7 +53,11 @@ def download(
     _run_all(one, files, workers)
 
 
-def _run_all(func, items, workers: int) -> None:
+def _run_all(
+    func: Callable[[tuple[str, str]], None],
+    items: Sequence[tuple[str, str]],
+    workers: int,
+) -> None:
     if not items:
         return
     with concurrent.futures.ThreadPoolExecutor(

@@ -16,10 +16,13 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from colab_resume._version import __version__
 from colab_resume.errors import ColabResumeError
+
+if TYPE_CHECKING:
+    from colab_resume.storage import Storage
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -33,7 +36,7 @@ def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def _open(args: argparse.Namespace):  # -> Storage; imported lazily for speed
+def _open(args: argparse.Namespace) -> Storage:  # imported lazily for speed
     from colab_resume.storage import Storage
 
     storage = Storage(args.run_dir, _storage_options(args))
@@ -194,7 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except ColabResumeError as exc:
         from colab_resume.cli.watch import printable
 

@@ -1,4 +1,4 @@
-"""Lease epochs: who owns the run (DESIGN §4).
+"""Lease epochs: who owns the run (docs/DESIGN.md §4).
 
 A session owns the run when it created the highest ``lease/NNNNNNNN.json``.
 Leases are created one number above the highest one seen, create-only,

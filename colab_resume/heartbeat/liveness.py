@@ -1,4 +1,4 @@
-"""Is the run alive? The verdict, judged from storage alone (DESIGN §4).
+"""Is the run alive? The verdict, judged from storage alone (docs/DESIGN.md §4).
 
 Ages are measured between two readings of the *storage server's* clock:
 the heartbeat object's ``updated`` time and the server's "now". The

@@ -1,4 +1,4 @@
-"""Taking a run, holding it, and letting go (DESIGN §4).
+"""Taking a run, holding it, and letting go (docs/DESIGN.md §4).
 
 A :class:`RunSession` is one process's claim on a run directory:
 

@@ -1,4 +1,4 @@
-"""The notebook panel: see and steer a run (DESIGN §2 "Widgets in Colab").
+"""The notebook panel: see and steer a run (docs/DESIGN.md §2 "Widgets in Colab").
 
 ``agent.panel()`` shows the agent of this notebook and steers it;
 ``cr.panel(run_dir)`` watches a run that lives in another session. Neither

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 # Not worth a line in the panel's event list.
 QUIET_EVENTS = ("checkpoint.upload.progress", "checkpoint.committed", "run.resumed")
 
-# Badge colours by state; the states of DESIGN §4 plus the holder's own.
+# Badge colours by state; the states of docs/DESIGN.md §4 plus the holder's own.
 BADGE_COLOURS = {
     "not started": "#9e9e9e",
     "starting": "#1e88e5",

@@ -29,7 +29,7 @@ def _button(label: str, style: str, tooltip: str) -> w.Button:
     )
 
 
-class PanelBox(w.VBox):
+class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
     """The panel: display it; :meth:`show` puts a :class:`PanelView` in it."""
 
     def __init__(self, *, title: str, read_only: bool) -> None:

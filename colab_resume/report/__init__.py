@@ -3,6 +3,8 @@
 Importing this package imports neither matplotlib nor TensorFlow.
 """
 
+from typing import Any
+
 from colab_resume.report.history import (
     HistoryReader,
     HistoryRecorder,
@@ -11,7 +13,7 @@ from colab_resume.report.history import (
 )
 
 
-def report_png(run_dir: str, storage_options: dict | None = None) -> bytes:
+def report_png(run_dir: str, storage_options: dict[str, Any] | None = None) -> bytes:
     """The run report of ``run_dir`` as PNG bytes (needs matplotlib)."""
     from colab_resume.report.plot import render
     from colab_resume.storage import Storage

@@ -34,7 +34,7 @@ from colab_resume.runtime.options import ConnectOptions
 
 log = logging.getLogger(__name__)
 
-# Where a remote TPU worker must write checkpoints: the local host (DESIGN §2).
+# Where a remote TPU worker must write checkpoints: the local host (docs/DESIGN.md §2).
 REMOTE_IO_DEVICE = "/job:localhost"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from colab_resume.runtime import host
 from colab_resume.runtime.detect import RuntimeInfo
@@ -193,7 +193,7 @@ def import_tensorflow(info: RuntimeInfo | None = None) -> ModuleType:
             f"TensorFlow is not installed ({type(exc).__name__}: {exc}). {fix} ; "
             f"then {RESTART}."
         ) from exc
-    return tf
+    return cast(ModuleType, tf)
 
 
 def require_keras() -> None:

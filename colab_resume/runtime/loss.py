@@ -58,7 +58,9 @@ def _loss_types() -> tuple[type, ...]:
     return tuple(t for t in found if isinstance(t, type))
 
 
-def _matches(exc: BaseException, types: tuple[type, ...], fragments: tuple[str, ...]):
+def _matches(
+    exc: BaseException, types: tuple[type, ...], fragments: tuple[str, ...]
+) -> bool:
     for link in exception_chain(exc):
         if types and isinstance(link, types):
             return True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from types import ModuleType
+from typing import cast
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,11 @@ def _keras() -> ModuleType:
     try:
         import keras
 
-        return keras
+        return cast(ModuleType, keras)
     except ImportError:  # TF 2.15 and older carry Keras 2 inside
         import tensorflow as tf
 
-        return tf.keras
+        return cast(ModuleType, tf.keras)
 
 
 def apply_policy(policy: str) -> None:

@@ -61,7 +61,7 @@ def authenticate(project: str | None = None) -> Any:
     """
     global _authenticated
     if in_colab():
-        from google.colab import auth as colab_auth  # type: ignore[import-not-found]
+        from google.colab import auth as colab_auth
 
         colab_auth.authenticate_user(project_id=project)
     credentials, default_project = _default_credentials()

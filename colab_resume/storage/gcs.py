@@ -37,7 +37,7 @@ def _single_try(name: str) -> Any:
     return inner
 
 
-class SingleTryGCSFileSystem(GCSFileSystem):
+class SingleTryGCSFileSystem(GCSFileSystem):  # type: ignore[misc]  # gcsfs: untyped
     """gcsfs with its inner retry loop removed; see the module docstring."""
 
     # Keep fsspec's instance cache apart from plain gcsfs instances.

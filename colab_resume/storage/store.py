@@ -383,9 +383,10 @@ class Storage:
         if not self.is_gcs:
             # A local directory is not an object, as a GCS "folder" is not.
             path = self.full(rel)
-            return self._call(
+            found: bool = self._call(
                 f"check {rel}", lambda limit: self.fs.isfile(path, **limit)
             )
+            return found
         # One metadata GET. gcsfs's exists() also probes for a "directory" of
         # that name, tripling the cost of the fence check made every beat.
         key = self.full(rel).split("/", 1)[1]
@@ -407,13 +408,17 @@ class Storage:
         """
         path = self._record_path(rel)
         if max_bytes is None:
-            return self._call(
+            whole: bytes = self._call(
                 f"read {rel}", lambda limit: self.fs.cat_file(path, **limit)
             )
+            return whole
 
         def read_head(limit: Limit) -> bytes:
             try:
-                return self.fs.cat_file(path, start=0, end=max_bytes + 1, **limit)
+                head: bytes = self.fs.cat_file(
+                    path, start=0, end=max_bytes + 1, **limit
+                )
+                return head
             except Exception as exc:
                 if http_status(exc) == 416:  # GCS: no range of an empty object
                     return b""
@@ -427,7 +432,9 @@ class Storage:
             )
         return data
 
-    def read_json(self, rel: str, *, max_bytes: int = MAX_RECORD_BYTES) -> dict:
+    def read_json(
+        self, rel: str, *, max_bytes: int = MAX_RECORD_BYTES
+    ) -> dict[str, Any]:
         """Read a JSON object record. The content is treated as untrusted.
 
         Raises:
@@ -452,9 +459,12 @@ class Storage:
         """
         path = self.full(prefix)
 
-        def find(limit: Limit) -> dict:
+        def find(limit: Limit) -> dict[str, dict[str, Any]]:
             try:
-                return self.fs.find(path, detail=True, withdirs=False, **limit)
+                found: dict[str, dict[str, Any]] = self.fs.find(
+                    path, detail=True, withdirs=False, **limit
+                )
+                return found
             except FileNotFoundError:
                 return {}
 
@@ -468,7 +478,7 @@ class Storage:
         )
         return sorted(visible, key=lambda item: item.path)
 
-    def _too_many(self, prefix: str, found: dict) -> TooManyObjectsError:
+    def _too_many(self, prefix: str, found: dict[str, Any]) -> TooManyObjectsError:
         folders: dict[str, int] = {}
         for name in found:
             rel = name.removeprefix(self.root + "/")
@@ -484,7 +494,7 @@ class Storage:
             f"removes old checkpoints), or pass a larger max_list_objects."
         )
 
-    def _object_info(self, raw: dict) -> ObjectInfo:
+    def _object_info(self, raw: dict[str, Any]) -> ObjectInfo:
         name = raw["name"]
         rel = name[len(self.root) + 1 :] if name.startswith(self.root + "/") else name
         return ObjectInfo(
@@ -548,7 +558,9 @@ class Storage:
         )
         return (raw.get("metadata") or {}).get(WRITE_ID_KEY)
 
-    def write_json(self, rel: str, value: dict, *, create_only: bool = False) -> None:
+    def write_json(
+        self, rel: str, value: dict[str, Any], *, create_only: bool = False
+    ) -> None:
         data = json.dumps(value, indent=1, sort_keys=True).encode("utf-8")
         self.write_bytes(rel, data, create_only=create_only)
 
@@ -581,7 +593,7 @@ def _filesystem(protocol: str, options: dict[str, Any]) -> Any:
     return fsspec.filesystem(protocol, **options)
 
 
-def _timestamp(raw: dict) -> float:
+def _timestamp(raw: dict[str, Any]) -> float:
     """Modification time from an fsspec info dict, whichever backend made it."""
     for key in ("updated", "mtime", "created", "LastModified"):
         value = raw.get(key)

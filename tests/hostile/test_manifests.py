@@ -23,8 +23,6 @@ from colab_resume.events import EventLog
 from colab_resume.rundir import CheckpointName
 from colab_resume.storage import Storage
 
-pytestmark = [pytest.mark.emulator, pytest.mark.tf]
-
 
 def state(value: float) -> dict:
     return {"w": tf.Variable(np.full((16, 8), value, dtype="float32"))}

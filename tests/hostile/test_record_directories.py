@@ -10,7 +10,7 @@ A damaged lease *file* is different: it holds its number, so readers
 judge it (dead after the default 120 s) and the next session takes the
 number above it, which fences everyone below. A directory cannot be
 stepped over like that: lease 3 would not fence holder 1, which checks
-for lease 2 only (DESIGN §4). So, like an absurd lease number, it is
+for lease 2 only (docs/DESIGN.md §4). So, like an absurd lease number, it is
 refused by name: ``ls`` reports it, and a session that needs lease 2
 raises CorruptRecordError naming the directory and the command that
 removes it, instead of a LeaseRaceError ("another session took lease 2

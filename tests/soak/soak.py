@@ -5,7 +5,7 @@
 (``make chaos``.) Starts the GCS emulator and a fault-injecting proxy in
 front of it (5xx, resets, stalls, and 401s for expired tokens: workers
 authenticate with short-lived fake tokens that the proxy enforces), then
-trains ``tests/agent_worker.py`` through the proxy and SIGKILLs it at
+trains ``tests/workers/agent_worker.py`` through the proxy and SIGKILLs it at
 random instants — during start-up, restore, training and uploads — until
 ``--kills`` kills have landed. Every ``--race-every``-th life a second
 worker starts with ``takeover=True`` while the first trains: the older one
@@ -47,7 +47,7 @@ from faultproxy import FaultMix, FaultProxy  # noqa: E402
 from colab_resume.checkpoint import catalog  # noqa: E402
 from colab_resume.storage import Storage  # noqa: E402
 
-WORKER = os.path.join(TESTS, "agent_worker.py")
+WORKER = os.path.join(TESTS, "workers", "agent_worker.py")
 TOKEN_LIFETIME = 5.0  # seconds the proxy honours a token
 
 

@@ -1,6 +1,6 @@
 """A lease holder in its own process, for tests that kill it for real.
 
-    python tests/holder.py RUN_DIR --endpoint URL [--heartbeat S] [--mode M]
+    python tests/workers/holder.py RUN_DIR --endpoint URL [--heartbeat S] [--mode M]
 
 Modes: ``train`` advances the step; ``stall`` beats without progress;
 ``race`` tries to take the run once and reports WON or LOST (for lease

@@ -1,6 +1,7 @@
 """A training process for tests that kill it for real.
 
-    python tests/agent_worker.py RUN_DIR OUT.npz [--endpoint URL] [--loop fit|run]
+    python tests/workers/agent_worker.py RUN_DIR OUT.npz [--endpoint URL]
+        [--loop fit|run]
         [--kill-at-step N] [--unavailable-at-step N] [--epochs E] ...
         [--retry-seconds S] [--step-sleep S] [--takeover] [--run-id ID] [--plain]
         [--unseeded-shuffle] [--reset-data-fingerprints]
@@ -29,6 +30,8 @@ import time
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# tests/ on the path: the support package and fake_credentials live there.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 EXAMPLES = 512
 BATCH = 16
@@ -65,46 +68,28 @@ def parse() -> argparse.Namespace:
 def main() -> int:
     args = parse()
     import keras
-    import numpy as np
     import tensorflow as tf
+    from support import toy
 
     from colab_resume.agent import Agent
 
     keras.utils.set_random_seed(7)
     tf.config.experimental.enable_op_determinism()
-    rng = np.random.RandomState(0)
-    x = rng.randn(EXAMPLES, 8).astype("float32")
-    y = (x @ rng.randn(8, 1)).astype("float32")
+    x, y = toy.regression(EXAMPLES)
 
     def make_dataset(epoch: int, skip: int = 0) -> tf.data.Dataset:
         # "Unseeded" must differ between processes even under set_random_seed.
         seed = (
             int.from_bytes(os.urandom(4), "little") if args.unseeded_shuffle else epoch
         )
-        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(EXAMPLES, seed=seed)
-        return ds.batch(BATCH, drop_remainder=True).skip(skip)
+        return toy.epoch_batches(x, y, BATCH, seed).skip(skip)
 
     def build_model() -> keras.Model:
-        noisy = (
-            []
-            if args.plain
-            else [
-                keras.layers.Dropout(0.25),
-                keras.layers.BatchNormalization(),
-            ]
+        return toy.model(
+            width=args.width,
+            dropout=None if args.plain else 0.25,
+            batch_norm=not args.plain,
         )
-        model = keras.Sequential(
-            [
-                keras.Input((8,)),
-                keras.layers.Dense(args.width, activation="relu"),
-                *noisy,
-                keras.layers.Dense(1),
-            ]
-        )
-        model.compile(
-            optimizer=keras.optimizers.Adam(1e-2), loss="mse", metrics=["mae"]
-        )
-        return model
 
     steps_done = {"n": 0, "raised": False}
 
@@ -217,11 +202,7 @@ def main() -> int:
         model = state["model"]
         variables = list(model.variables) + list(state["optimizer"].variables)
 
-    arrays = {
-        f"v{i:03d}_{v.path.replace('/', '_')}": v.numpy()
-        for i, v in enumerate(variables)
-    }
-    np.savez(args.out, **arrays)
+    toy.save_variables(args.out, variables)
     if credentials is not None:
         print(f"REFRESHES {credentials.refreshes}", flush=True)
     print(

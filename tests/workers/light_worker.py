@@ -1,6 +1,6 @@
 """Two-phase training through the lighter path, maybe dying on the way.
 
-    python tests/light_worker.py RUN_DIR OUT.npz [--kill-at-step N]
+    python tests/workers/light_worker.py RUN_DIR OUT.npz [--kill-at-step N]
         [--raise-at-step N] [--between-seconds S]
 
 ``agent.restore(model, epochs=4)``, then the user's own ``model.fit`` calls:
@@ -22,6 +22,8 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# tests/ on the path: the support package and fake_credentials live there.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SPE, BATCH, EPOCHS, PHASE_1 = 12, 16, 4, 2
 
@@ -36,25 +38,18 @@ def main() -> int:
     args = parser.parse_args()
 
     import keras
-    import numpy as np
     import tensorflow as tf
+    from support import toy
 
     from colab_resume.agent import Agent
 
     keras.utils.set_random_seed(5)
     tf.config.experimental.enable_op_determinism()
-    rng = np.random.RandomState(0)
-    x = rng.randn(SPE * BATCH, 8).astype("float32")
-    y = (x @ rng.randn(8, 1)).astype("float32")
+    x, y = toy.regression(SPE * BATCH)
 
     def batches_from(step: int) -> tf.data.Dataset:
         """Every batch of the run, in order, from global step ``step``."""
-        epochs = [
-            tf.data.Dataset.from_tensor_slices((x, y))
-            .shuffle(len(x), seed=e)
-            .batch(BATCH, drop_remainder=True)
-            for e in range(EPOCHS)
-        ]
+        epochs = [toy.epoch_batches(x, y, BATCH, e) for e in range(EPOCHS)]
         all_batches = epochs[0]
         for more in epochs[1:]:
             all_batches = all_batches.concatenate(more)
@@ -92,15 +87,7 @@ def main() -> int:
             else None
         )
     )
-    model = keras.Sequential(
-        [
-            keras.Input((8,)),
-            keras.layers.Dense(16, activation="relu"),
-            keras.layers.Dropout(0.2),
-            keras.layers.Dense(1),
-        ]
-    )
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    model = toy.model(width=16, dropout=0.2, batch_norm=False, metrics=None)
     start = agent.restore(model, epochs=EPOCHS)
     print(f"RESTORED {start.step}", flush=True)
     extra = [RaiseAt()] if args.raise_at_step else []
@@ -143,7 +130,7 @@ def main() -> int:
         print(f"STATUS {status.state} {status.holder_state}", flush=True)
         return 0
     variables = list(model.variables) + list(model.optimizer.variables)
-    np.savez(args.out, **{f"v{i:03d}": v.numpy() for i, v in enumerate(variables)})
+    toy.save_variables(args.out, variables)
     print(f"DONE restored={restored['step']}", flush=True)
     return 0
 

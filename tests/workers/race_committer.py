@@ -1,6 +1,7 @@
 """A session that races for a run and "commits" like the checkpoint manager.
 
-    python tests/race_committer.py RUN_DIR --endpoint URL --start-at T --log FILE
+    python tests/workers/race_committer.py RUN_DIR --endpoint URL --start-at T
+        --log FILE
 
 Takes the run with ``takeover=True`` at wall-clock time ``T`` (so several
 racers start together), then commits marker objects the way checkpoints

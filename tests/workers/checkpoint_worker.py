@@ -4,7 +4,7 @@ Runs in a fresh interpreter because the two logical CPU devices of the
 MirroredStrategy must be configured before TensorFlow initialises, and
 because a SIGKILL test needs a process to kill.
 
-Usage: python checkpoint_worker.py MODE RUN_DIR ENDPOINT OUT_DIR [UNITS]
+Usage: python tests/workers/checkpoint_worker.py MODE RUN_DIR ENDPOINT OUT_DIR [UNITS]
   save       train 3 steps, dump state-3.npz, save step 3, train on
              during the upload
   save-kill  save step 1, dump state-1.npz, train, start a slow save of

@@ -1,0 +1,26 @@
+"""What the tests share: worker processes, the toy workload, bitwise checks, waits.
+
+- :mod:`support.processes`: one wrapper for every child process a test
+  starts (the workers in ``tests/workers/``, the CLI): run it, await its
+  output lines, expect its exit code, read what it printed.
+- :mod:`support.toy`: the small Keras workload the workers train.
+- :mod:`support.compare`: the one strict bitwise comparison of variable
+  sets (``.npz`` files, dicts or lists of arrays).
+- :mod:`support.waiting`: ``wait_for(condition, timeout, what)``, the only
+  way a test waits for something to happen.
+"""
+
+from support.compare import assert_bitwise_equal
+from support.processes import Process, Result, cli, run_cli, run_worker, worker
+from support.waiting import wait_for
+
+__all__ = [
+    "Process",
+    "Result",
+    "assert_bitwise_equal",
+    "cli",
+    "run_cli",
+    "run_worker",
+    "wait_for",
+    "worker",
+]

@@ -1,0 +1,188 @@
+"""One wrapper for the child processes tests start: workers and the CLI.
+
+    proc = worker("holder", run_dir, "--endpoint", url)   # started, not awaited
+    proc.expect("READY")                                   # next stdout line
+    proc.kill()
+    result = run_worker("agent_worker", run_dir, out, expect_rc=-9)
+    assert "KILLING" in result.stdout
+
+Workers are the scripts in ``tests/workers/``; each puts ``tests/`` on its
+own ``sys.path``, so they run the same from pytest, the soak or a shell.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKERS = os.path.join(TESTS, "workers")
+CLI = [sys.executable, "-m", "colab_resume"]
+
+
+@dataclass(frozen=True)
+class Result:
+    """How a child process ended and what it printed."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def lines(self, prefix: str) -> list[str]:
+        """The stdout lines that start with ``prefix``."""
+        return [line for line in self.stdout.splitlines() if line.startswith(prefix)]
+
+    def last(self, prefix: str) -> str:
+        """The last stdout line that starts with ``prefix`` (it must exist)."""
+        found = self.lines(prefix)
+        assert found, f"no {prefix!r} line in the output of {self.argv}:\n{self}"
+        return found[-1]
+
+    def __str__(self) -> str:
+        return (
+            f"exit code {self.returncode}\n--- stdout\n{self.stdout}"
+            f"--- stderr (tail)\n{self.stderr[-4000:]}"
+        )
+
+
+class Process:
+    """A running child whose stdout lines can be awaited, one by one.
+
+    Its stdout and stderr are read on threads from the start, so a chatty
+    child never blocks on a full pipe.
+    """
+
+    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None) -> None:
+        self.argv = argv
+        self.popen = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._stdout: list[str] = []
+        self._stderr: list[str] = []
+        self._pumps = [
+            threading.Thread(target=self._pump_out, daemon=True),
+            threading.Thread(target=self._pump_err, daemon=True),
+        ]
+        for pump in self._pumps:
+            pump.start()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    @property
+    def stderr(self) -> str:
+        """What it wrote to stderr so far."""
+        return "".join(self._stderr)
+
+    def _pump_out(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            self._stdout.append(line)
+            self._lines.put(line.rstrip("\n"))
+
+    def _pump_err(self) -> None:
+        assert self.popen.stderr is not None
+        for line in self.popen.stderr:
+            self._stderr.append(line)
+
+    def expect(self, prefix: str, timeout: float = 30.0) -> str:
+        """The next stdout line, which must start with ``prefix``."""
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"no {prefix!r} line within {timeout}s from {self.argv}; "
+                f"stderr:\n{self.stderr[-4000:]}"
+            ) from None
+        assert line.startswith(prefix), f"expected {prefix!r}, got {line!r}"
+        return line
+
+    def exited_early(self) -> str | None:
+        """For :func:`support.wait_for`'s ``unless``: why waiting is pointless."""
+        if self.alive:
+            return None
+        return f"{self.argv[1:2]} exited with {self.popen.returncode}"
+
+    def finish(self, expect_rc: int | None = 0, timeout: float = 300.0) -> Result:
+        """Wait for the exit; check the exit code unless ``expect_rc`` is None.
+
+        A negative ``expect_rc`` is a signal: ``-9`` for SIGKILL.
+        """
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"{self.argv} still running after {timeout}s; stderr:\n"
+                + self.stderr[-4000:]
+            ) from None
+        for pump in self._pumps:
+            pump.join(timeout=10)
+        result = Result(
+            self.argv, self.popen.returncode, "".join(self._stdout), self.stderr
+        )
+        if expect_rc is not None:
+            assert result.returncode == expect_rc, (
+                f"{self.argv} expected exit code {expect_rc}, got {result}"
+            )
+        return result
+
+    def kill(self) -> None:
+        """SIGKILL (no cleanup in the child) and reap it."""
+        if self.alive:
+            self.popen.kill()
+        self.popen.wait()
+
+    def __enter__(self) -> Process:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def worker(name: str, *args: str, env: dict[str, str] | None = None) -> Process:
+    """Start ``tests/workers/NAME.py ARGS``."""
+    path = os.path.join(WORKERS, f"{name}.py")
+    assert os.path.exists(path), f"no worker {name!r} in {WORKERS}"
+    return Process([sys.executable, path, *args], env=env)
+
+
+def run_worker(
+    name: str,
+    *args: str,
+    expect_rc: int | None = 0,
+    timeout: float = 300.0,
+    env: dict[str, str] | None = None,
+) -> Result:
+    """Run a worker to its end and check its exit code."""
+    return worker(name, *args, env=env).finish(expect_rc, timeout)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Process:
+    """Start ``python -m colab_resume ARGS``."""
+    return Process([*CLI, *args], env=env)
+
+
+def run_cli(
+    *args: str,
+    expect_rc: int | None = None,
+    timeout: float = 60.0,
+    env: dict[str, str] | None = None,
+) -> Result:
+    """Run the CLI to its end; by default any exit code (tests check it)."""
+    return cli(*args, env=env).finish(expect_rc, timeout)
