@@ -31,7 +31,9 @@ _bucket_numbers = itertools.count(1)
 # What makes a test a TensorFlow test: it imports TensorFlow or Keras (the
 # Keras here runs on TensorFlow), or it runs a worker that trains.
 _TF_IMPORT = re.compile(r"^\s*(import|from)\s+(tensorflow|keras)\b", re.MULTILINE)
-_TF_WORKERS = re.compile(r"[\"'](agent_worker|checkpoint_worker|light_worker)[\"']")
+_TF_WORKERS = re.compile(
+    r"[\"'](agent_worker|checkpoint_worker|light_worker|worker\.py)[\"']"
+)
 _EMULATOR_FIXTURES = {"emulator", "fault_proxy"}
 
 

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 import pytest
-from compare import assert_same_files
+from support.compare import assert_same_files
 
 tf = pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow")
 import keras  # noqa: E402

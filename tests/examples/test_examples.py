@@ -8,7 +8,7 @@ included), the History of every epoch (the interrupted one too), the
 callbacks' files (CSV log, best-weights file), the sequence of callback
 calls, and when EarlyStopping stopped. ``EXAMPLES_SEED`` fixes the kill steps.
 
-Reported numbers are held to 2 ulp of float32 (see ``compare.py``).
+Reported numbers are held to 2 ulp of float32 (see ``tests/support/compare.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 import pytest
-from compare import assert_same_files, assert_same_history
+from support.compare import assert_same_files, assert_same_history
 
 WORKER = os.path.join(os.path.dirname(__file__), "worker.py")
 SAVE_EVERY = 5
