@@ -34,6 +34,7 @@ __all__ = [
     "NoValidCheckpointError",
     "NonDeterministicDatasetError",
     "Progress",
+    "ResumeCallback",
     "RunInUseError",
     "RunSession",
     "RunStatus",
@@ -46,3 +47,13 @@ __all__ = [
     "inspect",
     "panel",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ResumeCallback subclasses keras.callbacks.Callback: built on first use,
+    # so that importing colab_resume never imports Keras or TensorFlow.
+    if name == "ResumeCallback":
+        from colab_resume.agent.callback import resume_callback_class
+
+        return resume_callback_class()
+    raise AttributeError(f"module 'colab_resume' has no attribute {name!r}")

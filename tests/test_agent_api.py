@@ -270,7 +270,9 @@ def test_lighter_path_restore_and_callback(tmp_path):
     model = build_model()
     agent = agent_for(tmp_path / "run")
     start = agent.restore(model)
+    assert isinstance(start, cr.StartPoint)
     assert (start.step, start.initial_epoch, start.skip) == (0, 0, 0)
+    assert isinstance(agent.callback(), cr.ResumeCallback)
     model.fit(
         make_dataset(0),
         epochs=1,

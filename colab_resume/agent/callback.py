@@ -27,6 +27,7 @@ all of that for you.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import sys
 import threading
@@ -147,7 +148,7 @@ def make_callback(
     pause_between: Callable[[], None],
     abort: Callable[[str], None],
 ) -> Any:
-    """A Keras callback doing the agent's duties after every batch.
+    """A :class:`ResumeCallback <resume_callback_class>` doing the agent's duties.
 
     Args:
         driver: the lighter path's state, shared by every ``fit``'s callback.
@@ -156,30 +157,61 @@ def make_callback(
         pause_between: a ``fit`` ended before the planned end.
         abort: ``fit`` left without ``on_train_end`` (it raised); the reason.
     """
+    return resume_callback_class()(driver, duties, finish, pause_between, abort)
+
+
+@functools.cache
+def resume_callback_class() -> type:
+    """``ResumeCallback``, the Keras callback ``agent.callback()`` returns.
+
+    Built on first use, so that importing colab_resume never imports Keras;
+    ``colab_resume.ResumeCallback`` is this class (for ``isinstance``).
+    """
     import keras
 
-    class ColabResumeCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras
-        def __init__(self) -> None:
+    class ResumeCallback(keras.callbacks.Callback):  # type: ignore[misc]  # keras
+        """Checkpoints, heartbeats and fencing for your own ``model.fit``.
+
+        Get one from ``agent.callback()`` for each ``fit``. When ``fit``
+        raises, the session it serves is closed as failed (Keras calls no
+        callback then, so a watch notices ``fit`` is gone).
+        """
+
+        def __init__(
+            self,
+            driver: ModelState,
+            duties: StepDuties,
+            finish: Callable[[], None],
+            pause_between: Callable[[], None],
+            abort: Callable[[str], None],
+        ) -> None:
             super().__init__()
+            self._driver, self._duties = driver, duties
+            self._finish, self._pause_between, self._abort = (
+                finish,
+                pause_between,
+                abort,
+            )
             self.offset = 0
             self.watch: _FitWatch | None = None
 
         def on_train_begin(self, logs: Any = None) -> None:
-            self.offset = driver.begin_fit(self.params.get("steps"))
-            self.watch = _FitWatch.start(self.model, abort)
+            self.offset = self._driver.begin_fit(self.params.get("steps"))
+            self.watch = _FitWatch.start(self.model, self._abort)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            driver.epoch = epoch
+            self._driver.epoch = epoch
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            duties.before_step()
+            self._duties.before_step()
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            driver = self._driver
             driver.last_logs = dict(logs or {})
             step = driver.step_of(driver.epoch, self.offset, batch)
             if step >= (driver.epoch + 1) * (driver.steps_per_epoch or 0):
                 driver.epochs_done = max(driver.epochs_done, driver.epoch + 1)
-            if duties.after_step(step):
+            if self._duties.after_step(step):
                 self.model.stop_training = True
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
@@ -188,12 +220,14 @@ def make_callback(
         def on_train_end(self, logs: Any = None) -> None:
             if self.watch is not None:
                 self.watch.done()
-            if duties.controls.stop_requested or driver.planned_end_reached:
-                finish()  # completed, unless stop() was asked
+            if self._duties.controls.stop_requested or self._driver.planned_end_reached:
+                self._finish()  # completed, unless stop() was asked
             else:
-                pause_between()
+                self._pause_between()
 
-    return ColabResumeCallback()
+    ResumeCallback.__module__ = __name__
+    ResumeCallback.__qualname__ = "ResumeCallback"
+    return ResumeCallback
 
 
 class _FitWatch:
