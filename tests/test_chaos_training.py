@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from faultproxy import FaultMix
 
-from colab_resume.checkpoint import catalog
+from colab_resume.listing import RunListing
 from colab_resume.storage import Storage
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -194,7 +194,7 @@ def test_agent_trains_on_while_only_heartbeats_fail(
 
 
 def _committed_steps(storage: Storage) -> list[int]:
-    return sorted(d.name.step for d in catalog.scan(storage) if d.committed)
+    return sorted(d.name.step for d in RunListing.read(storage).committed)
 
 
 def _wait_until(condition, *, timeout: float, proc: subprocess.Popen) -> None:

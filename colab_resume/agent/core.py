@@ -37,7 +37,7 @@ from colab_resume.checkpoint import CheckpointManager, SaveTriggers, TriggerOpti
 from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_status
-from colab_resume.heartbeat.lease import current_lease
+from colab_resume.listing import read_leases
 from colab_resume.panel.telemetry import Telemetry
 from colab_resume.runtime import Accelerator, Connection, ConnectOptions, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
@@ -557,7 +557,7 @@ class Agent:
             driver.build()
         reader = CheckpointManager(
             self.storage,
-            lease=max(1, current_lease(self.storage)),
+            lease=max([1] + [number for number, _ in read_leases(self.storage)]),
             fence=_never_write,
             events=self.events,
         )
