@@ -7,13 +7,16 @@ The storage is a real :class:`Storage` on a local run directory whose
 
 from __future__ import annotations
 
+import ast
 import collections
 import contextlib
 import io
 import os
+import pathlib
 
 import pytest
 
+import colab_resume
 from colab_resume import cli, commit, rundir
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.listing import RunListing
@@ -134,3 +137,34 @@ def test_the_manifest_is_deleted_first():
         "ckpt.index",
     ]
     assert commit.deletion_order(["b", "a"]) == ["a", "b"]
+
+
+# --- dependencies point down ---------------------------------------------------
+
+
+def _imports(module_file: pathlib.Path) -> set[str]:
+    tree = ast.parse(module_file.read_text())
+    names = set()
+    for node in ast.walk(tree):  # lazy imports inside functions count too
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize(
+    "files, forbidden",
+    [
+        ("heartbeat/*.py", ("colab_resume.checkpoint",)),
+        ("listing.py", ("colab_resume.checkpoint", "colab_resume.heartbeat")),
+        ("commit.py", ("colab_resume.checkpoint", "colab_resume.heartbeat")),
+    ],
+)
+def test_the_listing_sits_below_heartbeat_and_checkpoint(files, forbidden):
+    package = pathlib.Path(colab_resume.__file__).parent
+    paths = sorted(package.glob(files))
+    assert paths
+    for path in paths:
+        bad = [n for n in _imports(path) if n.startswith(forbidden)]
+        assert not bad, f"{path.name} imports {bad}"
