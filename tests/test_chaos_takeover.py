@@ -17,7 +17,7 @@ import time
 
 from support import Process, worker
 
-from colab_resume.heartbeat.lease import list_leases
+from colab_resume.listing import RunListing, read_leases
 from colab_resume.storage import Storage
 
 ROUNDS, RACERS = 10, 3
@@ -46,7 +46,7 @@ def test_ten_takeover_races_never_two_committers(
     outputs = [proc.finish(expect_rc=None, timeout=60).stdout for proc in running]
     won = [o for o in outputs if o.startswith("WON")]
     winners = len(won)
-    leases = {number: info.updated for number, info in list_leases(storage)}
+    leases = {number: info.updated for number, info in read_leases(storage)}
     # Exactly one winner per lease number, and every number was won once.
     assert sorted(int(o.split()[1]) for o in won) == sorted(leases)
     assert winners >= ROUNDS  # each round produced at least one new holder
@@ -82,7 +82,7 @@ def test_a_manifest_landing_after_the_next_lease_is_not_committed(
     removes it as a leftover.
     """
     from colab_resume import rundir
-    from colab_resume.checkpoint import catalog, retention
+    from colab_resume.checkpoint import retention
     from colab_resume.heartbeat import RunSession, SessionOptions, read_status
 
     storage = Storage(gcs_run_dir, gcs_options)
@@ -99,7 +99,7 @@ def test_a_manifest_landing_after_the_next_lease_is_not_committed(
     )
     storage.write_json(late.manifest_path, {"step": 20})  # lands after lease 2
 
-    dirs = {d.name: d for d in catalog.scan(storage)}
+    dirs = {d.name: d for d in RunListing.read(storage).checkpoints}
     assert dirs[on_time].committed
     assert not dirs[late].committed and dirs[late].committed_late
     assert read_status(storage).checkpoint_step == 10

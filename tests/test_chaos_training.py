@@ -14,7 +14,7 @@ import pytest
 from faultproxy import FaultMix
 from support import Process, assert_bitwise_equal, wait_for, worker
 
-from colab_resume.checkpoint import catalog
+from colab_resume.listing import RunListing
 from colab_resume.storage import Storage
 
 SAVE_STEPS = [5, 10, 15, 20, 25, 30, 35, 36]  # 36 steps, a save every 5, final
@@ -195,4 +195,4 @@ def test_agent_trains_on_while_only_heartbeats_fail(
 
 
 def _committed_steps(storage: Storage) -> list[int]:
-    return sorted(d.name.step for d in catalog.scan(storage) if d.committed)
+    return sorted(d.name.step for d in RunListing.read(storage).committed)

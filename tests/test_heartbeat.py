@@ -12,7 +12,8 @@ import colab_resume as cr
 from colab_resume import rundir
 from colab_resume.errors import FencedError, RunInUseError
 from colab_resume.heartbeat import RunSession, SessionOptions
-from colab_resume.heartbeat.lease import current_lease, list_leases, read_lease
+from colab_resume.heartbeat.lease import read_lease
+from colab_resume.listing import RunListing, read_leases
 from colab_resume.storage import Storage
 
 BEAT = 0.4
@@ -75,7 +76,7 @@ def test_lease_race_between_processes_has_exactly_one_winner(
     assert len(losers) == 4, outcomes
     for line in losers:
         assert "takeover=True" in line  # the refusal says what to do
-    assert [number for number, _ in list_leases(storage)] == [1]
+    assert [number for number, _ in read_leases(storage)] == [1]
 
 
 def test_holder_is_fenced_within_one_beat_and_stops_writing(
@@ -206,7 +207,7 @@ def test_refused_session_writes_nothing(gcs_run_dir, emulator, storage):
         assert "ALIVE" in str(refused.value)
         after = {o.path for o in storage.list()}
         assert after == before
-        assert current_lease(storage) == 1
+        assert RunListing.read(storage).lease == 1
     finally:
         proc.kill()
 

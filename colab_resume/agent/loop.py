@@ -39,7 +39,7 @@ from colab_resume.checkpoint import CheckpointManager, SaveTriggers, TriggerOpti
 from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, SessionOptions
-from colab_resume.heartbeat.lease import current_lease
+from colab_resume.listing import read_leases
 from colab_resume.runtime import Accelerator, Connection, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
@@ -328,7 +328,7 @@ class RunLoop:
             driver.build()
         reader = CheckpointManager(
             self.storage,
-            lease=max(1, current_lease(self.storage)),
+            lease=max([1] + [number for number, _ in read_leases(self.storage)]),
             fence=_never_write,
             events=self.events,
         )

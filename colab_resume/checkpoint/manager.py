@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume.checkpoint import catalog, retention, transfer
+from colab_resume.checkpoint import retention, transfer
 from colab_resume.checkpoint.manifest import FileEntry, Manifest, crc32c_file
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_bound
@@ -39,6 +39,7 @@ from colab_resume.checkpoint.state import StateLike, TrainingState
 from colab_resume.checkpoint.uploader import Uploader
 from colab_resume.errors import FencedError
 from colab_resume.events import EventLog
+from colab_resume.listing import RunListing
 from colab_resume.rundir import CheckpointName
 from colab_resume.storage import Storage
 
@@ -434,7 +435,7 @@ class CheckpointManager:
 
     def committed(self) -> list[CheckpointName]:
         """Committed checkpoints in the run directory, oldest first."""
-        return [d.name for d in catalog.scan(self.storage) if d.committed]
+        return [d.name for d in RunListing.read(self.storage).committed]
 
     def prune(self) -> list[CheckpointName]:
         """Apply retention now; returns what was deleted.
@@ -445,7 +446,7 @@ class CheckpointManager:
         with self._lock:
             in_flight = self._in_flight
         doomed = retention.plan(
-            catalog.scan(self.storage),
+            RunListing.read(self.storage).checkpoints,
             keep=self.config.keep,
             keep_every_steps=self.config.keep_every_steps,
             lease=self.lease,

@@ -1,6 +1,8 @@
 """The commit marker: ``MANIFEST.json``, written last and create-only.
 
-A checkpoint directory counts as committed only once its manifest exists.
+Whether a checkpoint directory counts as committed is decided in one place,
+:mod:`colab_resume.commit`; this module is what the manifest holds.
+
 The manifest lists every file with its size and CRC32C (base64 of the
 big-endian CRC32C, the form GCS reports in object metadata), so restore can
 verify a checkpoint from a listing without downloading it. It also carries

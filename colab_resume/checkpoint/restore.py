@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume.checkpoint import catalog, transfer
+from colab_resume import commit
+from colab_resume.checkpoint import transfer
 from colab_resume.checkpoint.errors import (
     NoValidCheckpointError,
     StructureMismatchError,
@@ -27,6 +28,7 @@ from colab_resume.checkpoint.manifest import Manifest, crc32c_file
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
+from colab_resume.listing import CheckpointDir, RunListing
 from colab_resume.rundir import MANIFEST, CheckpointName
 from colab_resume.storage import Storage
 
@@ -106,7 +108,7 @@ class Damaged(Exception):
     """This checkpoint cannot be used; the message says why."""
 
 
-def check_listing(manifest: Manifest, entry: catalog.CheckpointDir) -> None:
+def check_listing(manifest: Manifest, entry: CheckpointDir) -> None:
     """Compare the manifest with the storage listing; raise Damaged if it differs."""
     problems = []
     for item in manifest.files:
@@ -178,10 +180,9 @@ def restore_latest(
         NoValidCheckpointError: checkpoints exist but none is usable.
         StructureMismatchError: the newest usable one does not fit the state.
     """
-    dirs = catalog.scan(storage)
-    committed = [d for d in dirs if d.committed]
+    listing = RunListing.read(storage)
     skipped: list[tuple[str, str]] = []
-    for entry in reversed(committed):
+    for entry in reversed(listing.committed):
         try:
             manifest = _read_manifest(storage, entry)
             check_listing(manifest, entry)
@@ -232,16 +233,35 @@ def restore_latest(
             checkpoint=entry.name.dirname,
             reason=reason,
         )
-    if not dirs:
+    if not listing.checkpoints:
         return None
     reasons = "\n".join(f"  {name}: {why}" for name, why in skipped) or "  (none)"
     raise NoValidCheckpointError(
         f"{storage.url} has checkpoints but none can be restored.\n"
-        f"Listing:\n{catalog.describe(dirs)}\nProblems:\n{reasons}\n"
+        f"Listing:\n{describe(listing.checkpoints)}\nProblems:\n{reasons}\n"
         f"Uncommitted directories (no {MANIFEST}) are never restored. Restore a "
         f"checkpoint from a backup, or delete checkpoints/ to start the run from "
         f"scratch on purpose."
     )
+
+
+_STATE_TEXT = {
+    commit.COMMITTED: "committed",
+    commit.UNCOMMITTED: "uncommitted",
+    commit.FENCED: "committed after its session was fenced (ignored)",
+}
+
+
+def describe(dirs: tuple[CheckpointDir, ...]) -> str:
+    """A listing for error messages: one line per directory, newest first."""
+    lines = []
+    for entry in reversed(dirs):
+        state = _STATE_TEXT[entry.state]
+        size = sum(info.size for info in entry.objects.values())
+        lines.append(
+            f"  {entry.name.path}: {state}, {len(entry.objects)} files, {size} bytes"
+        )
+    return "\n".join(lines) if lines else "  (none)"
 
 
 def _is_storage_outage(exc: BaseException) -> bool:
@@ -250,7 +270,7 @@ def _is_storage_outage(exc: BaseException) -> bool:
     return isinstance(exc, StorageError) and not isinstance(exc, CorruptRecordError)
 
 
-def _read_manifest(storage: Storage, entry: catalog.CheckpointDir) -> Manifest:
+def _read_manifest(storage: Storage, entry: CheckpointDir) -> Manifest:
     where = f"{storage.url}/{entry.name.manifest_path}"
     try:
         raw = storage.read_json(entry.name.manifest_path)
@@ -272,7 +292,7 @@ def _read_manifest(storage: Storage, entry: catalog.CheckpointDir) -> Manifest:
 
 def _download_and_read(
     storage: Storage,
-    entry: catalog.CheckpointDir,
+    entry: CheckpointDir,
     manifest: Manifest,
     read: Callable[[str, Manifest], tuple[str, ...]],
     events: EventLog,

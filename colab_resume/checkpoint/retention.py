@@ -3,23 +3,24 @@
 Rules: keep the newest ``keep`` committed checkpoints, plus every one whose
 step is a multiple of ``keep_every_steps``; never the newest committed one;
 only older than a committed one (so nothing is deleted before its successor
-has committed). A checkpoint is deleted manifest FIRST, so one deleted
-halfway is seen as uncommitted, never as a committed checkpoint with files
-missing. Uncommitted directories of this or older leases are leftovers of
-dead or failed uploads and are removed, except the upload in flight.
+has committed). Uncommitted directories of this or older leases are
+leftovers of dead or failed uploads and are removed, except the upload in
+flight. What counts as committed, and the order of deletion that keeps a
+half-deleted checkpoint from looking committed, is :mod:`colab_resume.commit`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from colab_resume.checkpoint.catalog import CheckpointDir
-from colab_resume.rundir import MANIFEST, CheckpointName
+from colab_resume import commit
+from colab_resume.listing import CheckpointDir
+from colab_resume.rundir import CheckpointName
 from colab_resume.storage import Storage
 
 
 def plan(
-    dirs: list[CheckpointDir],
+    dirs: Sequence[CheckpointDir],
     *,
     keep: int,
     keep_every_steps: int | None,
@@ -29,7 +30,8 @@ def plan(
     """The directories to delete, oldest first. Pure.
 
     Args:
-        dirs: the scan, oldest first.
+        dirs: the listed checkpoints, oldest first
+            (:attr:`~colab_resume.listing.RunListing.checkpoints`).
         keep: newest committed checkpoints to keep (>= 1).
         keep_every_steps: also keep committed checkpoints at multiples of this.
         lease: the current session's lease; uncommitted directories of newer
@@ -57,10 +59,7 @@ def plan(
 
 
 def delete(storage: Storage, entry: CheckpointDir, fence: Callable[[], None]) -> None:
-    """Delete one checkpoint directory: fence check, manifest first, then files."""
+    """Delete one checkpoint directory: fence check, then uncommit it first."""
     fence()
-    if MANIFEST in entry.objects:
-        storage.delete(f"{entry.name.path}/{MANIFEST}")
-    for file_name in sorted(entry.objects):
-        if file_name != MANIFEST:
-            storage.delete(f"{entry.name.path}/{file_name}")
+    for file_name in commit.deletion_order(entry.objects):
+        storage.delete(f"{entry.name.path}/{file_name}")

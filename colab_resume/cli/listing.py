@@ -7,17 +7,21 @@ import datetime
 from typing import Any
 
 from colab_resume import rundir
-from colab_resume.checkpoint import catalog
 from colab_resume.errors import CorruptRecordError, UnsafePathError
-from colab_resume.heartbeat.lease import list_leases, read_lease
+from colab_resume.heartbeat.lease import read_lease
 from colab_resume.heartbeat.records import BeatRecord, RunRecord, parse
+from colab_resume.listing import RunListing
 from colab_resume.storage import Storage
 
 
 def collect(storage: Storage) -> dict[str, Any]:
-    """Everything in the run directory, as JSON-able data."""
+    """Everything in the run directory, as JSON-able data.
+
+    One listing of the whole run directory serves every part shown.
+    """
     storage.check()
     objects = storage.list()
+    listing = RunListing.from_objects(storage.url, objects)
     out: dict[str, Any] = {"run_dir": storage.url, "run": None, "leases": []}
     try:
         where = f"{storage.url}/{rundir.RUN_RECORD}"
@@ -30,7 +34,7 @@ def collect(storage: Storage) -> dict[str, Any]:
     beats = {
         o.path: o for o in objects if o.path.startswith(rundir.HEARTBEAT_DIR + "/")
     }
-    for number, info in list_leases(storage):
+    for number, info in listing.leases:
         entry: dict[str, Any] = {"lease": number, "created": info.updated}
         try:
             entry.update(dataclasses.asdict(read_lease(storage, number, info.path)))
@@ -61,7 +65,7 @@ def collect(storage: Storage) -> dict[str, Any]:
                 o.size for f, o in entry.objects.items() if f != rundir.MANIFEST
             ),
         }
-        for entry in catalog.scan(storage)
+        for entry in listing.checkpoints
     ]
     out["done"] = any(o.path == rundir.DONE_RECORD for o in objects)
     return out

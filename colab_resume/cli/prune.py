@@ -8,8 +8,9 @@ flight, so only older sessions' leftovers are cleaned.
 
 from __future__ import annotations
 
-from colab_resume.checkpoint import catalog, retention
+from colab_resume.checkpoint import retention
 from colab_resume.heartbeat import liveness
+from colab_resume.listing import RunListing
 from colab_resume.storage import Storage
 
 
@@ -17,10 +18,12 @@ def prune(
     storage: Storage, *, keep: int, keep_every_steps: int | None, dry_run: bool
 ) -> list[str]:
     """Delete what retention allows; returns the checkpoint paths (to be) deleted."""
-    status = liveness.read_status(storage)
+    # The verdict and the plan judge one snapshot, listed once.
+    listing = RunListing.read(storage)
+    status = liveness.read_status(storage, listing=listing)
     holder_may_upload = status.state in (liveness.ALIVE, liveness.STALLED)
     doomed = retention.plan(
-        catalog.scan(storage),
+        listing.checkpoints,
         keep=keep,
         keep_every_steps=keep_every_steps,
         lease=status.lease - 1 if holder_may_upload else status.lease,

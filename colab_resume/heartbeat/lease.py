@@ -5,6 +5,8 @@ Leases are created one number above the highest one seen, create-only,
 so of several sessions racing for the same number exactly one wins.
 Because nobody can create lease N+2 without having seen N+1, a holder of
 lease N learns it was superseded from one cheap existence check of N+1.
+Listing the leases is the run directory listing's job
+(:func:`colab_resume.listing.read_leases`).
 """
 
 from __future__ import annotations
@@ -12,44 +14,7 @@ from __future__ import annotations
 from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError, LeaseRaceError
 from colab_resume.heartbeat.records import LeaseRecord, parse, to_json
-from colab_resume.storage import ObjectInfo, Storage
-
-# Leases count up from 1, one per session; a number this far above the
-# count of leases was not made by a session.
-MAX_LEASE_GAP = 1_000
-
-
-def list_leases(storage: Storage) -> list[tuple[int, ObjectInfo]]:
-    """Every lease object, ascending by number.
-
-    Raises:
-        CorruptRecordError: a lease number no session makes: above
-            :data:`~colab_resume.rundir.MAX_LEASE` (8 digits), or more than
-            :data:`MAX_LEASE_GAP` above the number of leases. Taking the
-            next number would give a lease whose checkpoints nobody sees.
-    """
-    found = []
-    for info in storage.list(rundir.LEASE_DIR + "/"):
-        number = rundir.parse_lease_name(info.path.rsplit("/", 1)[-1])
-        if number is not None:
-            found.append((number, info))
-    found.sort(key=lambda pair: pair[0])
-    if found:
-        number, info = found[-1]
-        if number > min(rundir.MAX_LEASE, len(found) + MAX_LEASE_GAP):
-            raise CorruptRecordError(
-                f"{storage.url}/{info.path} claims lease {number}, but the run "
-                f"has {len(found)} lease objects: sessions number leases from 1 "
-                f"upwards, with 8 digits at most. It is damaged or was put there "
-                f"by hand; delete {storage.url}/{info.path} to let the run continue."
-            )
-    return found
-
-
-def current_lease(storage: Storage) -> int:
-    """The highest lease number taken so far; 0 when the run is new."""
-    leases = list_leases(storage)
-    return leases[-1][0] if leases else 0
+from colab_resume.storage import Storage
 
 
 def read_lease(storage: Storage, lease: int, path: str | None = None) -> LeaseRecord:

@@ -14,8 +14,9 @@ from typing import Any
 
 from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError
-from colab_resume.heartbeat.lease import list_leases, read_lease
+from colab_resume.heartbeat.lease import read_lease
 from colab_resume.heartbeat.records import BeatRecord, LeaseRecord, parse
+from colab_resume.listing import Lease, RunListing, read_leases
 from colab_resume.redact import redact
 from colab_resume.storage import ObjectInfo, Storage
 
@@ -157,10 +158,17 @@ def sign_age(holder: HolderView, now: float) -> tuple[float | None, str | None]:
     return (max(0.0, now - max(valid)) if valid else float("inf")), problem
 
 
-def read_holder(storage: Storage) -> HolderView:
-    """Read the highest lease and its heartbeat; damaged records become problems."""
+def read_holder(
+    storage: Storage, leases: tuple[Lease, ...] | None = None
+) -> HolderView:
+    """Read the highest lease and its heartbeat; damaged records become problems.
+
+    Args:
+        storage: the run directory.
+        leases: its leases as already listed; listed here when None.
+    """
     problems: list[str] = []
-    leases = list_leases(storage)
+    leases = read_leases(storage) if leases is None else leases
     if not leases:
         return HolderView(0, None, None, None, None)
     number, lease_info = leases[-1]
@@ -186,28 +194,29 @@ def read_holder(storage: Storage) -> HolderView:
     )
 
 
-def committed_checkpoint_step(storage: Storage) -> int | None:
-    """Step of the newest committed checkpoint (as restore would see it)."""
-    from colab_resume.checkpoint import catalog
-
-    steps = [entry.name.step for entry in catalog.scan(storage) if entry.committed]
-    return max(steps) if steps else None
-
-
 def read_status(
     storage: Storage,
     *,
     dead_after: float | None = None,
     stall_after: float | None = None,
+    listing: RunListing | None = None,
 ) -> RunStatus:
     """Judge the run in ``storage``; thresholds default to the holder's own.
+
+    Args:
+        storage: the run directory.
+        dead_after: silence that makes the holder dead.
+        stall_after: time without step progress that makes it stalled.
+        listing: the run directory as the caller already listed it, so an
+            operation that goes on to act on it (prune) lists only once.
 
     Raises:
         BucketNotFoundError, PermissionDeniedError, StorageUnavailableError.
     """
     storage.check()
+    listing = RunListing.read(storage) if listing is None else listing
     done = storage.exists(rundir.DONE_RECORD)
-    holder = read_holder(storage)
+    holder = read_holder(storage, listing.leases)
     problems = list(holder.problems)
     age, problem = sign_age(holder, storage.server_time())
     problems += [problem] if problem else []
@@ -231,7 +240,7 @@ def read_status(
     return RunStatus(
         state=state,
         step=beat.step if beat else None,
-        checkpoint_step=committed_checkpoint_step(storage),
+        checkpoint_step=listing.committed_step,
         heartbeat_age_s=None if age is None else round(age, 1),
         lease=holder.lease,
         session_id=record.session_id if record else (beat.session_id if beat else None),

@@ -12,7 +12,7 @@ from hostile_tools import cli, crashed, stopped_run
 
 from colab_resume.errors import CorruptRecordError
 from colab_resume.heartbeat import RunSession, SessionOptions
-from colab_resume.heartbeat.lease import list_leases
+from colab_resume.listing import read_leases
 
 
 @pytest.mark.parametrize("name", ["99999999.json", "100000000.json", "5000.json"])
@@ -31,7 +31,7 @@ def test_absurd_lease_number_is_refused_naming_the_object(
 
     # The fix the message gives works.
     storage.delete(f"lease/{name}")
-    assert [number for number, _ in list_leases(storage)] == [1]
+    assert [number for number, _ in read_leases(storage)] == [1]
     session = RunSession.open(storage, SessionOptions(heartbeat_seconds=0.2))
     assert session.lease == 2
     session.close()

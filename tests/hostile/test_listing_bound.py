@@ -12,7 +12,7 @@ import pytest
 from hostile_tools import stopped_run
 
 from colab_resume.errors import TooManyObjectsError
-from colab_resume.heartbeat.lease import list_leases
+from colab_resume.listing import read_leases
 from colab_resume.storage import Storage
 
 
@@ -31,7 +31,7 @@ def test_a_listing_past_the_cap_names_the_run_dir_and_the_folder(tmp_path):
     assert "history/: 41" in message and f"under {url}/history/" in message
     with pytest.raises(TooManyObjectsError):
         storage.list("history/")
-    assert [n for n, _ in list_leases(storage)] == [1]  # other folders still list
+    assert [n for n, _ in read_leases(storage)] == [1]  # other folders still list
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])

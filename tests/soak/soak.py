@@ -44,7 +44,7 @@ from emulator import Emulator  # noqa: E402
 from fake_credentials import token_check  # noqa: E402
 from faultproxy import FaultMix, FaultProxy  # noqa: E402
 
-from colab_resume.checkpoint import catalog  # noqa: E402
+from colab_resume.listing import RunListing  # noqa: E402
 from colab_resume.storage import Storage  # noqa: E402
 
 WORKER = os.path.join(TESTS, "workers", "agent_worker.py")
@@ -110,8 +110,8 @@ def highest_committed(storage: Storage, below_lease: int | None = None) -> int:
     """The newest committed step, optionally only among leases below one."""
     steps = [
         d.name.step
-        for d in catalog.scan(storage)
-        if d.committed and (below_lease is None or d.name.lease < below_lease)
+        for d in RunListing.read(storage).committed
+        if (below_lease is None or d.name.lease < below_lease)
     ]
     return max(steps, default=0)
 

@@ -1,0 +1,60 @@
+"""The commit rule: when a checkpoint directory counts as committed (DESIGN §4).
+
+A checkpoint ``checkpoints/step-S.eL/`` is committed when, and only when:
+
+1. its ``MANIFEST.json`` exists. The writer uploads every file first and
+   the manifest last, create-only, so a directory without one is an upload
+   in flight, one that died, or one deleted halfway; and
+2. no lease above ``L`` had been taken when the manifest was stored, by
+   the storage server's clock: the manifest's ``updated`` is earlier than
+   lease ``L + 1``'s. A holder checks its fence right before writing the
+   manifest, so a newer session can take the run in between; the
+   manifest then belongs to a fenced session, whose successor may already
+   have restored an older step and be training from there. A tie counts as
+   late: one clock stamped both, and equal stamps do not prove the
+   manifest came first.
+
+Only leases ``L + 1`` matter: nobody creates ``L + 2`` without having seen
+``L + 1``. A committed checkpoint is the only kind restore reads, liveness
+reports, or retention keeps; the rest are leftovers. Uncommitting goes the
+other way: the manifest is deleted first (:func:`deletion_order`), so a
+deletion cut short leaves an uncommitted directory, never a committed one
+with files missing.
+
+Pure functions: the facts come from a :class:`~colab_resume.listing.RunListing`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from colab_resume.rundir import MANIFEST
+from colab_resume.storage import ObjectInfo
+
+COMMITTED = "committed"
+UNCOMMITTED = "uncommitted"  # no manifest
+FENCED = "fenced"  # a manifest stored once the next lease was taken
+
+
+def judge(manifest: ObjectInfo | None, next_lease_taken_at: float | None) -> str:
+    """The commit state of one checkpoint directory.
+
+    Args:
+        manifest: its ``MANIFEST.json`` as listed, None when absent.
+        next_lease_taken_at: server time lease ``L + 1`` was stored, None
+            while no session has taken it.
+
+    Returns:
+        :data:`COMMITTED`, :data:`UNCOMMITTED` or :data:`FENCED`.
+    """
+    if manifest is None:
+        return UNCOMMITTED
+    if next_lease_taken_at is not None and manifest.updated >= next_lease_taken_at:
+        return FENCED
+    return COMMITTED
+
+
+def deletion_order(file_names: Iterable[str]) -> list[str]:
+    """The files of a checkpoint directory in the order to delete them."""
+    names = sorted(file_names)
+    return [MANIFEST] * (MANIFEST in names) + [n for n in names if n != MANIFEST]

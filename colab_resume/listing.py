@@ -1,0 +1,176 @@
+"""One listing of the run directory, read once per operation and shared.
+
+Liveness, restore, retention and the CLI all judge the same two folders:
+``lease/`` (who took the run, and when by the server's clock) and
+``checkpoints/`` (what was saved). A :class:`RunListing` is one immutable
+snapshot of both, so an operation (``status``, ``prune``, a restore, one
+``watch`` poll) lists each folder once and every reader sees the same
+state, instead of each reader listing again and racing the others.
+
+It lists the two folders, not the whole run directory: ``history/`` grows
+with the run, and a poll should neither pay for it nor fail when it is
+stuffed. ``colab-resume ls``, which shows everything, lists once and
+builds the snapshot from that (:meth:`RunListing.from_objects`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from colab_resume import commit, rundir
+from colab_resume.errors import CorruptRecordError
+from colab_resume.rundir import CHECKPOINT_DIR, LEASE_DIR, MANIFEST, CheckpointName
+from colab_resume.storage import ObjectInfo, Storage
+
+# Leases count up from 1, one per session; a number this far above the
+# count of leases was not made by a session.
+MAX_LEASE_GAP = 1_000
+
+Lease = tuple[int, ObjectInfo]  # number, its object (``updated``: when taken)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointDir:
+    """One ``checkpoints/step-*.e*`` directory as listed.
+
+    Attributes:
+        name: its parsed name (step, lease).
+        objects: file name -> metadata, for the files directly inside it.
+        next_lease_taken_at: server time lease ``name.lease + 1`` was
+            stored; None while nobody has taken it.
+    """
+
+    name: CheckpointName
+    objects: dict[str, ObjectInfo]
+    next_lease_taken_at: float | None = None
+
+    @property
+    def state(self) -> str:
+        """Its commit state under :func:`colab_resume.commit.judge`."""
+        return commit.judge(self.objects.get(MANIFEST), self.next_lease_taken_at)
+
+    @property
+    def committed(self) -> bool:
+        return self.state == commit.COMMITTED
+
+    @property
+    def committed_late(self) -> bool:
+        """Its manifest landed after its session was fenced (not committed)."""
+        return self.state == commit.FENCED
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunListing:
+    """What ``lease/`` and ``checkpoints/`` held at one listing.
+
+    Attributes:
+        url: the run directory.
+        leases: every lease, ascending by number.
+        checkpoints: every well-named checkpoint directory, oldest first
+            (by step, then lease).
+    """
+
+    url: str
+    leases: tuple[Lease, ...]
+    checkpoints: tuple[CheckpointDir, ...]
+
+    @classmethod
+    def read(cls, storage: Storage) -> RunListing:
+        """List ``lease/`` and ``checkpoints/`` of ``storage``: two listings.
+
+        Raises:
+            CorruptRecordError: a lease number no session makes (see
+                :func:`read_leases`).
+        """
+        leases = read_leases(storage)
+        objects = storage.list(CHECKPOINT_DIR)
+        return cls(url=storage.url, leases=leases, checkpoints=_group(objects, leases))
+
+    @classmethod
+    def from_objects(cls, url: str, objects: Iterable[ObjectInfo]) -> RunListing:
+        """The snapshot within a listing of the whole run directory. Pure."""
+        objects = list(objects)
+        leases = _leases(url, objects)
+        return cls(url=url, leases=leases, checkpoints=_group(objects, leases))
+
+    @property
+    def lease(self) -> int:
+        """The highest lease number taken so far; 0 when the run is new."""
+        return self.leases[-1][0] if self.leases else 0
+
+    @property
+    def committed(self) -> tuple[CheckpointDir, ...]:
+        """The committed checkpoints, oldest first: what restore may read."""
+        return tuple(d for d in self.checkpoints if d.committed)
+
+    @property
+    def committed_step(self) -> int | None:
+        """Step of the newest committed checkpoint (as restore would see it)."""
+        committed = self.committed
+        return max(d.name.step for d in committed) if committed else None
+
+
+def read_leases(storage: Storage) -> tuple[Lease, ...]:
+    """Every lease of ``storage``, ascending: one listing of ``lease/``.
+
+    For readers that need nothing else (a session waiting on a holder);
+    :meth:`RunListing.read` takes its leases from here too.
+
+    Raises:
+        CorruptRecordError: a lease number no session makes: above
+            :data:`~colab_resume.rundir.MAX_LEASE` (8 digits), or more than
+            :data:`MAX_LEASE_GAP` above the number of leases. Taking the
+            next number would give a lease whose checkpoints nobody sees.
+    """
+    return _leases(storage.url, storage.list(LEASE_DIR + "/"))
+
+
+def _leases(url: str, objects: Iterable[ObjectInfo]) -> tuple[Lease, ...]:
+    found = []
+    for info in objects:
+        if not info.path.startswith(LEASE_DIR + "/"):
+            continue
+        number = rundir.parse_lease_name(info.path.rsplit("/", 1)[-1])
+        if number is not None:
+            found.append((number, info))
+    found.sort(key=lambda pair: pair[0])
+    if found:
+        number, info = found[-1]
+        if number > min(rundir.MAX_LEASE, len(found) + MAX_LEASE_GAP):
+            raise CorruptRecordError(
+                f"{url}/{info.path} claims lease {number}, but the run "
+                f"has {len(found)} lease objects: sessions number leases from 1 "
+                f"upwards, with 8 digits at most. It is damaged or was put there "
+                f"by hand; delete {url}/{info.path} to let the run continue."
+            )
+    return tuple(found)
+
+
+def _group(
+    objects: Iterable[ObjectInfo], leases: tuple[Lease, ...]
+) -> tuple[CheckpointDir, ...]:
+    """Checkpoint directories among ``objects``, each with its successor lease.
+
+    Objects that do not belong to a well-named checkpoint directory are
+    ignored: they are not ours to judge.
+    """
+    grouped: dict[CheckpointName, dict[str, ObjectInfo]] = {}
+    for info in objects:
+        parts = info.path.split("/")
+        if len(parts) != 3 or parts[0] != CHECKPOINT_DIR:
+            continue
+        name = CheckpointName.parse(parts[1])
+        if name is None:
+            continue
+        grouped.setdefault(name, {})[parts[2]] = info
+    # Leases are create-only, never rewritten: ``updated`` is when taken.
+    taken_at = {number: info.updated for number, info in leases}
+    return tuple(
+        CheckpointDir(
+            name=name,
+            objects=grouped[name],
+            next_lease_taken_at=taken_at.get(name.lease + 1),
+        )
+        for name in sorted(grouped)
+    )
