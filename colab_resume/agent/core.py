@@ -186,6 +186,7 @@ class Agent:
             steps_per_epoch=steps_per_epoch,
             reset_fingerprints=self.options.reset_data_fingerprints,
             events=self.events,
+            warn=self._warn,
         )
         self._loop.drive(driver)
         self.state = driver.state

@@ -25,10 +25,12 @@ by the replica count, so divide it by
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from colab_resume.agent.driver import Snapshot
+from colab_resume.agent.random_ops import RandomOpWatch
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
@@ -40,6 +42,8 @@ from colab_resume.data import (
 )
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
+
+log = logging.getLogger(__name__)
 
 
 class StateError(ColabResumeError, ValueError):
@@ -59,6 +63,7 @@ class CustomLoop:
         steps_per_epoch: int,
         reset_fingerprints: bool = False,
         events: EventLog | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         check_callable("build_state", build_state)
         check_callable("make_dataset", make_dataset)
@@ -69,6 +74,7 @@ class CustomLoop:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+        self.warn = warn or (lambda message: log.warning("%s", message))
         self.build_state = build_state
         self.make_dataset = make_dataset
         self.train_step = train_step
@@ -123,6 +129,7 @@ class CustomLoop:
         if start_step:
             self.fingerprints.check(start_epoch)
         epoch = start_epoch
+        watch: RandomOpWatch | None = RandomOpWatch()
         while step < self.total_steps:
             self.epoch = epoch
             self.fingerprints.record(epoch)
@@ -136,7 +143,14 @@ class CustomLoop:
             iterator = iter(strategy.experimental_distribute_dataset(dataset))
             for _ in range(steps):
                 duties.before_step()
-                outputs = distributed_step(iterator)
+                if watch is not None:  # the first call traces the step
+                    with watch:
+                        outputs = distributed_step(iterator)
+                    if warning := watch.warning():
+                        self.warn(warning)
+                    watch = None
+                else:
+                    outputs = distributed_step(iterator)
                 step += 1
                 # Converting to Python here would wait for the device every step.
                 self.last_outputs = outputs

@@ -136,3 +136,24 @@ def test_extra_state_travels_with_the_checkpoint_and_a_mismatch_is_named(tmp_pat
 
     with pytest.raises(cr.StructureMismatchError, match="extra_augment_rng"):
         fit_with_extra(tmp_path / "run", tf.random.Generator.from_seed(3), extra=False)
+
+
+def test_a_stateful_tf_random_op_in_a_custom_train_step_is_named(tmp_path):
+    def build_state() -> dict:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        return {"model": model, "optimizer": keras.optimizers.SGD(0.01)}
+
+    def train_step(state, batch):
+        features, labels = batch
+        noisy = features + tf.random.uniform(tf.shape(features), name="jitter")
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(state["model"](noisy) - labels))
+        variables = state["model"].trainable_variables
+        grads = tape.gradient(loss, variables)
+        state["optimizer"].apply_gradients(zip(grads, variables, strict=True))
+        return {"loss": loss}
+
+    agent = cr.Agent(str(tmp_path / "run"), save_every_steps=4, heartbeat_seconds=0.5)
+    agent.run(build_state, make_dataset, train_step, total_steps=8, steps_per_epoch=8)
+    [warning] = [e.message for e in agent.events.recent(kind="fit.warning")]
+    assert "RandomUniform" in warning and "jitter" in warning
