@@ -32,4 +32,6 @@ def inspect(
         PermissionDeniedError: the run directory cannot be read; the
         message says how to fix it.
     """
-    return read_status(Storage(run_dir, storage_options), dead_after=dead_after_seconds)
+    return read_status(
+        Storage(run_dir, storage_options), dead_after_seconds=dead_after_seconds
+    )

@@ -56,7 +56,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from colab_resume.cli.watch import one_line, printable
     from colab_resume.heartbeat.liveness import read_status
 
-    status = read_status(_open(args), dead_after=args.dead_after)
+    status = read_status(_open(args), dead_after_seconds=args.dead_after_seconds)
     if args.json:
         print(json.dumps(status.to_json(), indent=1))
     else:
@@ -81,7 +81,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         _open(args),
         interval=args.interval,
         on_dead=args.on_dead,
-        dead_after=args.dead_after,
+        dead_after_seconds=args.dead_after_seconds,
     )
 
 
@@ -147,7 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
     status = with_run_dir("status", "Is the run alive, stalled, dead or finished?")
     status.add_argument("--json", action="store_true", help="print RunStatus as JSON")
     status.add_argument(
-        "--dead-after", type=float, help="override the holder's threshold"
+        "--dead-after-seconds",
+        "--dead-after",  # the older spelling
+        dest="dead_after_seconds",
+        type=float,
+        help="override the holder's threshold",
     )
     status.set_defaults(func=cmd_status)
 
@@ -156,7 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--interval", type=float, default=5.0, help="seconds between polls"
     )
     watch.add_argument(
-        "--dead-after", type=float, help="override the holder's threshold"
+        "--dead-after-seconds",
+        "--dead-after",  # the older spelling
+        dest="dead_after_seconds",
+        type=float,
+        help="override the holder's threshold",
     )
     watch.add_argument(
         "--on-dead",

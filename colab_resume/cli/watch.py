@@ -86,7 +86,7 @@ def watch(
     *,
     interval: float,
     on_dead: str | None,
-    dead_after: float | None = None,
+    dead_after_seconds: float | None = None,
     out: IO[str] = sys.stdout,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
@@ -95,7 +95,9 @@ def watch(
     last_printed = ""
     while True:
         try:
-            status = liveness.read_status(storage, dead_after=dead_after)
+            status = liveness.read_status(
+                storage, dead_after_seconds=dead_after_seconds
+            )
         except StorageError as exc:
             print(f"\nstorage unreachable, retrying: {exc}", file=sys.stderr)
             sleep(interval)

@@ -197,16 +197,16 @@ def read_holder(
 def read_status(
     storage: Storage,
     *,
-    dead_after: float | None = None,
-    stall_after: float | None = None,
+    dead_after_seconds: float | None = None,
+    stall_after_seconds: float | None = None,
     listing: RunListing | None = None,
 ) -> RunStatus:
     """Judge the run in ``storage``; thresholds default to the holder's own.
 
     Args:
         storage: the run directory.
-        dead_after: silence that makes the holder dead.
-        stall_after: time without step progress that makes it stalled.
+        dead_after_seconds: silence that makes the holder dead.
+        stall_after_seconds: time without step progress that makes it stalled.
         listing: the run directory as the caller already listed it, so an
             operation that goes on to act on it (prune) lists only once.
 
@@ -221,10 +221,10 @@ def read_status(
     age, problem = sign_age(holder, storage.server_time())
     problems += [problem] if problem else []
     record, beat = holder.lease_record, holder.beat
-    dead_after = dead_after or (
+    dead_after = dead_after_seconds or (
         record.dead_after_seconds if record else DEFAULT_DEAD_AFTER_S
     )
-    stall_after = stall_after or (
+    stall_after = stall_after_seconds or (
         record.stall_after_seconds if record else DEFAULT_STALL_AFTER_S
     )
     state, detail = judge(
