@@ -106,9 +106,12 @@ def test_damaged_heartbeat_is_reported_not_a_crash():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"heartbeat_seconds": 0}, "heartbeat_seconds must be > 0"),
+        ({"heartbeat_seconds": 0}, "heartbeat_seconds must be a number of seconds > 0"),
         ({"heartbeat_seconds": 10, "dead_after_seconds": 5}, "must exceed heartbeat"),
-        ({"stall_after_seconds": -1}, "stall_after_seconds must be > 0"),
+        (
+            {"stall_after_seconds": -1},
+            "stall_after_seconds must be a number of seconds > 0",
+        ),
     ],
 )
 def test_session_options_are_validated(kwargs, message):

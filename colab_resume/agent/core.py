@@ -30,6 +30,7 @@ from colab_resume.heartbeat import RunSession, RunStatus, read_status
 from colab_resume.runtime import Accelerator, Connection, ConnectOptions
 from colab_resume.runtime.diagnose import require_keras
 from colab_resume.storage import RetryPolicy, Storage
+from colab_resume.validate import check_int
 
 log = logging.getLogger(__name__)
 
@@ -346,14 +347,13 @@ class Agent:
             ValueError: ``epochs`` or ``steps_per_epoch`` is not an int >= 1.
         """
         for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ValueError(
-                    f"{name} must be an int >= 1 or None, got {value!r}; e.g. "
-                    f"agent.restore(model, epochs=10) for a run of 10 epochs over "
-                    f"all your model.fit calls."
-                )
+            check_int(
+                name,
+                value,
+                optional=True,
+                hint="E.g. agent.restore(model, epochs=10) for a run of 10 epochs "
+                "over all your model.fit calls.",
+            )
         require_keras()  # before taking the run: a missing install fails nothing
         self.controls.reset()
         session, manager = self._loop.take_run()

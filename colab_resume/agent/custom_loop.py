@@ -42,6 +42,7 @@ from colab_resume.data import (
 )
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
+from colab_resume.validate import check_int
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +69,8 @@ class CustomLoop:
         check_callable("build_state", build_state)
         check_callable("make_dataset", make_dataset)
         check_callable("train_step", train_step)
-        for name, value in (
-            ("total_steps", total_steps),
-            ("steps_per_epoch", steps_per_epoch),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+        check_int("total_steps", total_steps)
+        check_int("steps_per_epoch", steps_per_epoch)
         self.warn = warn or (lambda message: log.warning("%s", message))
         self.build_state = build_state
         self.make_dataset = make_dataset

@@ -39,6 +39,7 @@ from colab_resume.data import (
 )
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
+from colab_resume.validate import check_int
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +72,8 @@ class KerasFit:
         check_callable("build_model", build_model)
         check_callable("make_dataset", make_dataset)
         _check_validation(validation_steps, validation_freq, class_weight)
-        for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+        check_int("epochs", epochs)
+        check_int("steps_per_epoch", steps_per_epoch)
         self.build_model = build_model
         self.make_dataset = make_dataset
         self.epochs = epochs
@@ -436,18 +436,8 @@ def _ignore(*args: Any, **kwargs: Any) -> None:
 def _check_validation(
     validation_steps: Any, validation_freq: Any, class_weight: Any
 ) -> None:
-    def positive_int(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-    if validation_steps is not None and not positive_int(validation_steps):
-        raise ValueError(
-            f"validation_steps must be an int >= 1 or None, got {validation_steps!r}."
-        )
-    if not positive_int(validation_freq):
-        raise ValueError(
-            f"validation_freq must be an int >= 1 (validate every N epochs), got "
-            f"{validation_freq!r}."
-        )
+    check_int("validation_steps", validation_steps, optional=True)
+    check_int("validation_freq", validation_freq, hint="(Validate every N epochs.)")
     if class_weight is not None and not isinstance(class_weight, dict):
         raise ValueError(
             f"class_weight must be a dict of class index -> weight, got "

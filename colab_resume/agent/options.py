@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 from typing import Any
 
 from colab_resume.checkpoint.triggers import DEFAULT_LIFETIME_SECONDS
 from colab_resume.heartbeat.session import RUN_ID_PATTERN
+from colab_resume.validate import check_bool, check_int, check_seconds
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -76,30 +76,32 @@ class AgentOptions:
                 "checkpoint would ever be written. Set at least one, e.g. "
                 "save_every_seconds=600."
             )
-        _positive_int(self, "save_every_steps", optional=True)
-        _positive_number(self, "save_every_seconds", optional=True)
-        _positive_int(self, "keep")
-        _positive_int(self, "keep_every_steps", optional=True)
-        _positive_number(self, "heartbeat_seconds")
-        _positive_number(self, "dead_after_seconds", optional=True)
-        _positive_number(self, "stall_after_seconds")
-        _positive_number(self, "recovery_backoff_seconds")
-        _positive_number(self, "lifetime_seconds", optional=True)
-        _positive_number(self, "storage_retry_seconds")
+        for name in ("save_every_steps", "keep_every_steps"):
+            check_int(name, getattr(self, name), optional=True)
+        check_int("keep", self.keep)
+        check_int("max_recoveries", self.max_recoveries, minimum=0)
+        for name in ("save_every_seconds", "dead_after_seconds", "lifetime_seconds"):
+            check_seconds(name, getattr(self, name), optional=True)
+        for name in (
+            "heartbeat_seconds",
+            "stall_after_seconds",
+            "recovery_backoff_seconds",
+            "storage_retry_seconds",
+        ):
+            check_seconds(name, getattr(self, name))
+        check_bool("takeover", self.takeover)
+        check_bool(
+            "reset_data_fingerprints",
+            self.reset_data_fingerprints,
+            hint="Set it True for one run after fixing a non-deterministic "
+            "make_dataset.",
+        )
         if self.run_id is not None and not (
             isinstance(self.run_id, str) and RUN_ID_PATTERN.fullmatch(self.run_id)
         ):
             raise ValueError(
                 f"run_id must be 1-128 letters, digits, '.', '_' or '-' (or None), "
                 f"got {self.run_id!r}; e.g. run_id='mnist-resnet-v3'."
-            )
-        if (
-            isinstance(self.max_recoveries, bool)
-            or not isinstance(self.max_recoveries, int)
-            or self.max_recoveries < 0
-        ):
-            raise ValueError(
-                f"max_recoveries must be an int >= 0, got {self.max_recoveries!r}."
             )
         if (
             self.dead_after_seconds is not None
@@ -112,14 +114,6 @@ class AgentOptions:
                 f"dead_after_seconds={4 * self.heartbeat_seconds:g} (4 beats), or "
                 f"None for that default."
             )
-        if not isinstance(self.takeover, bool):
-            raise ValueError(f"takeover must be True or False, got {self.takeover!r}.")
-        if not isinstance(self.reset_data_fingerprints, bool):
-            raise ValueError(
-                f"reset_data_fingerprints must be True or False, got "
-                f"{self.reset_data_fingerprints!r}; set it True for one run after "
-                f"fixing a non-deterministic make_dataset."
-            )
         if self.storage_options is not None and not isinstance(
             self.storage_options, dict
         ):
@@ -127,31 +121,6 @@ class AgentOptions:
                 f"storage_options must be a dict of fsspec options (e.g. "
                 f"{{'token': 'anon'}}) or None, got {self.storage_options!r}."
             )
-
-
-def _positive_int(options: AgentOptions, name: str, optional: bool = False) -> None:
-    value = getattr(options, name)
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        tail = " or None" if optional else ""
-        raise ValueError(f"{name} must be an int >= 1{tail}, got {value!r}.")
-
-
-def _positive_number(options: AgentOptions, name: str, optional: bool = False) -> None:
-    value = getattr(options, name)
-    if value is None and optional:
-        return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        tail = " or None" if optional else ""
-        raise ValueError(
-            f"{name} must be a number of seconds > 0{tail}, got {value!r}."
-        )
 
 
 def agent_options(**options: Any) -> AgentOptions:

@@ -25,14 +25,7 @@ def upload(
     workers: int = DEFAULT_WORKERS,
 ) -> None:
     """Upload ``(local_path, rel_path)`` pairs; the first failure is raised."""
-
-    def one(pair: tuple[str, str]) -> None:
-        local, rel = pair
-        storage.put_file(local, rel)
-        if progress is not None:
-            progress.advance(os.path.getsize(local))
-
-    _run_all(one, files, workers)
+    _transfer(storage.put_file, files, local=0, progress=progress, workers=workers)
 
 
 def download(
@@ -43,14 +36,25 @@ def download(
     workers: int = DEFAULT_WORKERS,
 ) -> None:
     """Download ``(rel_path, local_path)`` pairs; the first failure is raised."""
+    _transfer(storage.get_file, files, local=1, progress=progress, workers=workers)
+
+
+def _transfer(
+    move: Callable[[str, str], None],
+    pairs: Sequence[tuple[str, str]],
+    *,
+    local: int,
+    progress: TransferProgress | None,
+    workers: int,
+) -> None:
+    """``move(*pair)`` for every pair in parallel; ``pair[local]`` is the local file."""
 
     def one(pair: tuple[str, str]) -> None:
-        rel, local = pair
-        storage.get_file(rel, local)
+        move(*pair)
         if progress is not None:
-            progress.advance(os.path.getsize(local))
+            progress.advance(os.path.getsize(pair[local]))
 
-    _run_all(one, files, workers)
+    _run_all(one, pairs, workers)
 
 
 def _run_all(

@@ -13,6 +13,8 @@ import math
 import time
 from collections.abc import Callable
 
+from colab_resume.validate import check_int, check_seconds
+
 # Colab ends a runtime after about 12 h; saving at 11.5 h leaves room for
 # one upload of a large model.
 DEFAULT_LIFETIME_SECONDS = 11.5 * 3600
@@ -39,24 +41,9 @@ class TriggerOptions:
     boot_time: float | None = None
 
     def __post_init__(self) -> None:
-        if self.every_steps is not None and (
-            not isinstance(self.every_steps, int)
-            or isinstance(self.every_steps, bool)
-            or self.every_steps < 1
-        ):
-            raise ValueError(
-                f"TriggerOptions.every_steps must be an int >= 1 or None, got "
-                f"{self.every_steps!r}."
-            )
+        check_int("TriggerOptions.every_steps", self.every_steps, optional=True)
         for name in ("every_seconds", "lifetime_seconds"):
-            value = getattr(self, name)
-            if value is not None and not (
-                isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-            ):
-                raise ValueError(
-                    f"TriggerOptions.{name} must be a number > 0 or None, "
-                    f"got {value!r}."
-                )
+            check_seconds(f"TriggerOptions.{name}", getattr(self, name), optional=True)
         if self.boot_time is not None and not (
             isinstance(self.boot_time, (int, float)) and math.isfinite(self.boot_time)
         ):

@@ -41,6 +41,7 @@ from colab_resume.heartbeat.records import (
 )
 from colab_resume.heartbeat.writer import HeartbeatWriter
 from colab_resume.storage import Storage
+from colab_resume.validate import check_bool, check_seconds
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +72,10 @@ class SessionOptions:
     expected_run_id: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.heartbeat_seconds > 0:
-            raise ValueError(
-                f"heartbeat_seconds must be > 0, got {self.heartbeat_seconds!r}; "
-                f"30 is a good default."
-            )
+        check_seconds(
+            "heartbeat_seconds", self.heartbeat_seconds, hint="30 is a good default."
+        )
+        check_seconds("dead_after_seconds", self.dead_after_seconds, optional=True)
         if self.dead_after_seconds is not None and not (
             self.dead_after_seconds > self.heartbeat_seconds
         ):
@@ -84,10 +84,8 @@ class SessionOptions:
                 f"({self.heartbeat_seconds}), got {self.dead_after_seconds!r}; "
                 f"leave it None for {BEATS_BEFORE_DEAD} beats."
             )
-        if not self.stall_after_seconds > 0:
-            raise ValueError(
-                f"stall_after_seconds must be > 0, got {self.stall_after_seconds!r}."
-            )
+        check_seconds("stall_after_seconds", self.stall_after_seconds)
+        check_bool("takeover", self.takeover)
         # Readers treat a lease beyond these bounds as damage: never write one.
         if not self.dead_after <= MAX_DEAD_AFTER_SECONDS:
             raise ValueError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from colab_resume.runtime.errors import ConnectOptionError
+from colab_resume.validate import check_int, check_seconds
 
 PREFER = ("auto", "tpu", "gpu", "cpu")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
@@ -54,12 +55,13 @@ class ConnectOptions:
                 f"{self.precision!r}. Use precision='auto' for mixed_bfloat16 on "
                 f"TPU and float32 elsewhere."
             )
-        replicas = self.cpu_replicas
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-            raise ConnectOptionError(
-                f"cpu_replicas must be an integer >= 1, got {replicas!r}. Use 1 for "
-                f"one CPU device, or e.g. 2 to rehearse a 2-replica strategy."
-            )
+        check_int(
+            "cpu_replicas",
+            self.cpu_replicas,
+            error=ConnectOptionError,
+            hint="Use 1 for one CPU device, or e.g. 2 to rehearse a 2-replica "
+            "strategy.",
+        )
         if self.tpu is not None and not isinstance(self.tpu, str):
             raise ConnectOptionError(
                 f"tpu must be a string or None, got {self.tpu!r}. Use tpu='local' "
@@ -70,21 +72,7 @@ class ConnectOptions:
             "initial_backoff_seconds",
             "max_backoff_seconds",
         ):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or value <= 0
-            ):
-                raise ConnectOptionError(
-                    f"{name} must be a number of seconds > 0, got {value!r}."
-                )
-        if self.max_attempts is not None and (
-            isinstance(self.max_attempts, bool)
-            or not isinstance(self.max_attempts, int)
-            or self.max_attempts < 1
-        ):
-            raise ConnectOptionError(
-                f"max_attempts must be an integer >= 1 or None, got "
-                f"{self.max_attempts!r}."
-            )
+            check_seconds(name, getattr(self, name), error=ConnectOptionError)
+        check_int(
+            "max_attempts", self.max_attempts, optional=True, error=ConnectOptionError
+        )

@@ -20,6 +20,7 @@ import tenacity
 
 from colab_resume.errors import StorageUnavailableError
 from colab_resume.storage.faults import is_transient, is_unauthenticated
+from colab_resume.validate import check_int, check_seconds
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +45,8 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         for name in ("total_seconds", "initial_seconds", "max_seconds"):
-            value = getattr(self, name)
-            if not value > 0:
-                raise ValueError(
-                    f"RetryPolicy.{name} must be > 0 seconds, got {value!r}."
-                )
-        if self.max_attempts is not None and self.max_attempts < 1:
-            raise ValueError(
-                f"RetryPolicy.max_attempts must be >= 1 or None, "
-                f"got {self.max_attempts!r}."
-            )
+            check_seconds(f"RetryPolicy.{name}", getattr(self, name))
+        check_int("RetryPolicy.max_attempts", self.max_attempts, optional=True)
 
 
 class PrivateJitter(tenacity.wait.wait_base):
