@@ -167,3 +167,28 @@ def test_fit_keeps_history_and_the_panel_follows(tmp_path):
     assert any(e.kind == "checkpoint.committed" for e in history.events)
     panel.draw_report()
     assert panel.report.value.startswith("<img")
+
+
+def test_report_without_matplotlib_is_one_line_naming_the_install(tmp_path):
+    """matplotlib hidden from the import system, as where it is not installed."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from colab_resume.cli import main\n"
+        f"sys.exit(main(['report', {str(run_dir)!r}, '--output', 'x.png']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "the run report needs matplotlib" in result.stderr
+    assert "pip install matplotlib" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -123,8 +123,10 @@ def render(listing: dict[str, Any]) -> str:
             text = f"  {lease['lease']:>4}  UNREADABLE: {lease.get('error')}"
         beat = lease.get("heartbeat")
         if beat and "error" not in beat:
+            # A holder that failed before its first step has no step to show.
+            at = "" if beat["step"] is None else f" at step {beat['step']}"
             text += (
-                f"; beat {beat['beat']} {beat['state']} at step {beat['step']}, "
+                f"; beat {beat['beat']} {beat['state']}{at}, "
                 f"{_when(lease['heartbeat_updated'])}"
             )
         elif beat:

@@ -13,13 +13,8 @@ from colab_resume.storage import Storage
 
 def report(storage: Storage, output: str) -> str:
     """Draw the report of ``storage``'s run into ``output``; returns a summary."""
-    try:
-        from colab_resume.report.plot import render, session_spans
-    except ImportError as exc:  # pragma: no cover - matplotlib missing
-        raise SystemExit(
-            f"colab-resume report needs matplotlib ({exc}): "
-            f"pip install 'colab_resume[report]'"
-        ) from None
+    from colab_resume.report.plot import render, session_spans
+
     history = read_history(storage)
     png = render(history, title=storage.url)
     with open(output, "wb") as file:

@@ -18,7 +18,13 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from colab_resume.errors import ColabResumeError
 from colab_resume.report.history import RunHistory
+
+
+class ReportNeedsMatplotlibError(ColabResumeError, ImportError):
+    """Drawing the run report needs matplotlib, which is not installed."""
+
 
 CLEAN_ENDS = ("run.completed", "run.stopped", "run.stopping", "lease.fenced")
 
@@ -43,8 +49,18 @@ def session_spans(history: RunHistory) -> list[dict[str, Any]]:
 
 
 def render(history: RunHistory, *, title: str = "", metric: str = "loss") -> bytes:
-    """Draw the report; returns PNG bytes."""
-    import matplotlib
+    """Draw the report; returns PNG bytes.
+
+    Raises:
+        ReportNeedsMatplotlibError: matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ReportNeedsMatplotlibError(
+            f"the run report needs matplotlib ({exc}): pip install matplotlib "
+            f"(Colab has it)"
+        ) from None
 
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure
