@@ -502,9 +502,19 @@ def test_tensorflow_not_installed(world, monkeypatch):
     assert "pip install 'colab_resume[tf]'" in str(raised.value)
     on_tpu = Accelerator(
         ConnectOptions(prefer="tpu"),
-        platform=world.platform(COLAB_TPU_VM_ENV, tpu_api=None),
+        platform=world.platform(GCP_TPU_ENV, tpu_api=None),
     )
     with pytest.raises(TensorFlowNotInstalledError) as raised:
         on_tpu.connect()
     assert "pip install tensorflow-tpu --find-links=" in str(raised.value)
     assert isinstance(raised.value, ImportError)
+    # Colab's TPU runtime runs JAX; tensorflow-tpu there does not see the TPU.
+    on_colab_tpu = Accelerator(
+        ConnectOptions(prefer="tpu"),
+        platform=world.platform(COLAB_TPU_VM_ENV, tpu_api=None),
+    )
+    with pytest.raises(TensorFlowNotInstalledError) as raised:
+        on_colab_tpu.connect()
+    assert "runs Keras on JAX" in str(raised.value)
+    assert "Colab GPU runtime" in str(raised.value)
+    assert "tensorflow-tpu --find-links" not in str(raised.value)

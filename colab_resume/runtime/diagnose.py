@@ -182,7 +182,17 @@ def import_tensorflow(info: RuntimeInfo | None = None) -> ModuleType:
     try:
         import tensorflow as tf
     except ImportError as exc:
-        if info is not None and info.is_tpu:
+        if info is not None and info.is_tpu and info.in_colab:
+            # Colab's TPU runtimes ship JAX, not TensorFlow, and tensorflow-tpu
+            # installed there does not see the TPU (docs/DESIGN.md §2).
+            fix = (
+                f"This is a Colab TPU runtime ({info.signs}): it runs Keras on "
+                f"JAX, and TensorFlow's TPU build installed there does not see "
+                f"the TPU. This version of colab_resume trains with TensorFlow "
+                f"only: use a Colab GPU runtime (Runtime > Change runtime type), "
+                f"or a Cloud TPU VM with a TensorFlow image"
+            )
+        elif info is not None and info.is_tpu:
             fix = (
                 f"This is a TPU machine ({info.signs}); install TensorFlow's TPU "
                 f"build: {tpu_install_command(None)}"
