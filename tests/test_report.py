@@ -79,6 +79,7 @@ def test_damaged_chunks_are_reported_and_skipped(tmp_path, damage):
 
 def test_report_of_an_empty_run_says_so(tmp_path):
     out = tmp_path / "r.png"
+    (tmp_path / "nothing").mkdir()  # a run directory nobody trained in yet
     assert main(["report", str(tmp_path / "nothing"), "-o", str(out)]) == 0
     assert out.read_bytes().startswith(PNG)
 

@@ -87,10 +87,12 @@ def watch(
     interval: float,
     on_dead: str | None,
     dead_after_seconds: float | None = None,
-    out: IO[str] = sys.stdout,
+    out: IO[str] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Poll the run until it is COMPLETED, DEAD or FAILED; returns the exit code."""
+    # Looked up now, not at import: a redirected stdout may have closed since.
+    out = out if out is not None else sys.stdout
     live = out.isatty()
     last_printed = ""
     while True:
