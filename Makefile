@@ -16,7 +16,7 @@ $(STAMP): setup.py pyproject.toml
 
 # Lint first: CI runs `make test` only, so this is where lint is enforced.
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 # The chaos soak (not in CI; ~15 min on 2 cores): >= 50 random SIGKILLs,
 # takeover races, 5xx/resets/stalls and expiring tokens; prints its figures.
