@@ -9,7 +9,8 @@ import pytest
 
 import colab_resume as cr
 from colab_resume.agent.progress import ProgressTracker
-from colab_resume.panel.model import EventLine, PanelFacts, sparkline, view
+from colab_resume.events import Event
+from colab_resume.panel.model import PanelFacts, sparkline, view
 
 pytest.importorskip("ipywidgets")
 
@@ -36,7 +37,7 @@ def test_view_of_a_training_run():
         lease=2,
         session_id="abc123",
         host="vm",
-        events=[EventLine(990.0, "warning", "recovery.started", "accelerator lost")],
+        events=[Event(990.0, "recovery.started", "accelerator lost", "warning")],
     )
     v = view(facts)
     assert v.badge == "training" and v.buttons_enabled and v.pause_label == "Pause"

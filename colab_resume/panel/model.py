@@ -12,10 +12,9 @@ import dataclasses
 import html
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from colab_resume.agent.progress import Progress
+from colab_resume.agent.progress import Progress
+from colab_resume.events import Event
 
 # Not worth a line in the panel's event list.
 QUIET_EVENTS = ("checkpoint.upload.progress", "checkpoint.committed", "run.resumed")
@@ -40,75 +39,24 @@ LEVEL_COLOURS = {"info": "#555", "warning": "#e65100", "error": "#c62828"}
 
 
 @dataclasses.dataclass(frozen=True)
-class EventLine:
-    time: float
-    level: str
-    kind: str
-    message: str
-
-
-@dataclasses.dataclass(frozen=True)
-class PanelFacts:
-    """Everything the panel may show; None where unknown.
+class PanelFacts(Progress):
+    """Everything the panel may show: an agent's :class:`Progress` (whose
+    fields it shares; see there), or what a reader of the run directory
+    knows, plus:
 
     Attributes:
-        state: badge state, a key of :data:`BADGE_COLOURS`.
-        now: wall-clock time the facts were gathered.
-        waiting_left_s: countdown while waiting for a silent holder.
-        accelerator: ``Connection.label``-like one-liner.
-        step, total_steps, epoch: progress.
-        steps_per_second: recent training speed.
-        metrics: the latest metric values.
-        series: ``(step, loss)`` samples for the chart.
-        checkpoint_step, checkpoint_time, checkpoint_bytes: the last commit.
-        upload_rate: bytes per second of the last (or current) upload.
-        uploading: an upload is in flight.
-        stall_count, stall_seconds: saves that waited for an upload.
-        heartbeat_age_s, heartbeat_seconds, heartbeat_failures: liveness.
-        lease, session_id, host: who holds the run.
-        events: the latest events, oldest first.
         detail: one explanatory line (the monitor's verdict, an error).
         read_only: a monitor (no steering buttons).
-        pause_requested: pause was asked (the button then offers Resume).
     """
 
-    state: str
-    now: float
-    waiting_left_s: float | None = None
-    accelerator: str | None = None
-    step: int | None = None
-    total_steps: int | None = None
-    epoch: int | None = None
-    steps_per_second: float | None = None
-    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
-    series: Sequence[tuple[int, float]] = ()
-    checkpoint_step: int | None = None
-    checkpoint_time: float | None = None
-    checkpoint_bytes: int | None = None
-    upload_rate: float | None = None
-    uploading: bool = False
-    stall_count: int = 0
-    stall_seconds: float = 0.0
-    heartbeat_age_s: float | None = None
-    heartbeat_seconds: float | None = None
-    heartbeat_failures: int = 0
-    lease: int | None = None
-    session_id: str | None = None
-    host: str | None = None
-    events: Sequence[EventLine] = ()
     detail: str = ""
     read_only: bool = False
-    pause_requested: bool = False
 
 
 def facts_of(progress: Progress) -> PanelFacts:
     """The panel's facts from an agent's progress snapshot."""
     fields = {f.name: getattr(progress, f.name) for f in dataclasses.fields(progress)}
-    fields["events"] = [
-        EventLine(e.time, e.level, e.kind, e.message)
-        for e in progress.events
-        if e.kind not in QUIET_EVENTS
-    ][-6:]
+    fields["events"] = [e for e in progress.events if e.kind not in QUIET_EVENTS][-6:]
     return PanelFacts(**fields)
 
 
@@ -216,7 +164,7 @@ def _heartbeat(f: PanelFacts) -> str:
     return text
 
 
-def _event_text(e: EventLine, now: float) -> str:
+def _event_text(e: Event, now: float) -> str:
     return f"{duration(now - e.time)} ago · {e.kind}: {e.message}"
 
 

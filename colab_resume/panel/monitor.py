@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume.events import Event
 from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_status
-from colab_resume.panel.model import EventLine, PanelFacts, view
+from colab_resume.panel.model import PanelFacts, view
 from colab_resume.panel.pump import KernelPump
 from colab_resume.panel.widgets import PanelBox
 from colab_resume.report.history import HistoryReader, RunHistory
@@ -130,7 +131,7 @@ def monitor_facts(status: RunStatus, history: RunHistory, now: float) -> PanelFa
         if e.kind == "checkpoint.committed" and e.step == status.checkpoint_step
     ]
     events = [
-        EventLine(e.time, e.level, e.kind, e.message)
+        Event(e.time, e.kind, e.message, e.level)
         for e in history.events
         if e.kind not in ("checkpoint.committed",)
     ][-6:]

@@ -41,26 +41,36 @@ def make_dataset(epoch: int, skip: int = 0) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).skip(skip)
 
 
-def fit(run_dir, layers, callbacks=()) -> list[str]:
+def fit(run_dir, layers=list, callbacks=(), **fit_options) -> cr.Agent:
+    """``agent.fit`` of a small Dense model with ``layers()`` in front."""
+
     def build_model() -> keras.Model:
         model = keras.Sequential([keras.Input((4,)), *layers(), keras.layers.Dense(1)])
         model.compile(optimizer="sgd", loss="mse")
         return model
 
     agent = cr.Agent(str(run_dir), save_every_steps=4, heartbeat_seconds=0.5)
+    callbacks = callbacks(agent) if callable(callbacks) else list(callbacks)
     agent.fit(
         build_model,
         make_dataset,
         epochs=2,
         steps_per_epoch=8,
-        callbacks=list(callbacks),
+        callbacks=callbacks,
         verbose=0,
+        **fit_options,
     )
+    return agent
+
+
+def warnings_of(agent: cr.Agent) -> list[str]:
     return [e.message for e in agent.events.recent(kind="fit.warning")]
 
 
 def test_a_stateful_tf_random_op_in_the_step_is_named_once(tmp_path):
-    warnings = fit(tmp_path / "run", lambda: [LegacyNoise(name="legacy_noise")])
+    warnings = warnings_of(
+        fit(tmp_path / "run", lambda: [LegacyNoise(name="legacy_noise")])
+    )
     assert len(warnings) == 1, warnings
     assert "RandomStandardNormal" in warnings[0]
     assert "legacy_noise" in warnings[0]  # where it was created
@@ -69,11 +79,11 @@ def test_a_stateful_tf_random_op_in_the_step_is_named_once(tmp_path):
 
 def test_keras_random_ops_and_dropout_raise_no_warning(tmp_path):
     layers = lambda: [keras.layers.Dropout(0.2), keras.layers.GaussianNoise(0.1)]  # noqa: E731
-    assert fit(tmp_path / "run", layers) == []
+    assert warnings_of(fit(tmp_path / "run", layers)) == []
 
 
 def test_a_user_callback_with_state_and_no_protocol_is_named(tmp_path):
-    warnings = fit(tmp_path / "run", lambda: [], [CountingCallback()])
+    warnings = warnings_of(fit(tmp_path / "run", callbacks=[CountingCallback()]))
     assert len(warnings) == 1, warnings
     assert "CountingCallback" in warnings[0] and "batches" in warnings[0]
     assert "get_resume_state" in warnings[0]
@@ -82,7 +92,7 @@ def test_a_user_callback_with_state_and_no_protocol_is_named(tmp_path):
 def test_backup_and_restore_is_refused_before_anything_is_written(tmp_path):
     callback = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
     with pytest.raises(CallbackConflictError, match="Remove it from callbacks"):
-        fit(tmp_path / "run", lambda: [], [callback])
+        fit(tmp_path / "run", callbacks=[callback])
     assert not (tmp_path / "run").exists()
 
 
@@ -105,23 +115,12 @@ class DrawEachBatch(keras.callbacks.Callback):
             self.agent.stop()
 
 
-def fit_with_extra(run_dir, generator, stop_at=None, extra=True):
-    def build_model() -> keras.Model:
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
-        return model
-
-    agent = cr.Agent(str(run_dir), save_every_steps=4, heartbeat_seconds=0.5)
-    agent.fit(
-        build_model,
-        make_dataset,
-        epochs=2,
-        steps_per_epoch=8,
-        callbacks=[DrawEachBatch(generator, stop_at, agent)],
+def fit_with_extra(run_dir, generator, stop_at=None, extra=True) -> cr.Agent:
+    return fit(
+        run_dir,
+        callbacks=lambda agent: [DrawEachBatch(generator, stop_at, agent)],
         extra_state={"augment_rng": generator} if extra else None,
-        verbose=0,
     )
-    return agent
 
 
 def test_extra_state_travels_with_the_checkpoint_and_a_mismatch_is_named(tmp_path):
