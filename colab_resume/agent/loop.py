@@ -91,7 +91,7 @@ class RunLoop:
         return self.accelerator.connection
 
     def drive(self, driver: Driver) -> None:
-        """Train ``driver`` to its end: steps 1 to 5 of the class docstring."""
+        """Train ``driver`` to its end: steps 1 to 5 of the module docstring."""
         strategy = self.connect()
         self.controls.reset()
         self.stopped = False
