@@ -8,6 +8,7 @@ folder is not collected.
 from __future__ import annotations
 
 import importlib.util
+import os
 
 _HERE_IS_JAX_VENV = (
     importlib.util.find_spec("jax") is not None
@@ -16,3 +17,6 @@ _HERE_IS_JAX_VENV = (
 
 # Not collected outside build/venv-jax: `make jax-test` runs them there.
 collect_ignore_glob = [] if _HERE_IS_JAX_VENV else ["test_*.py", "*_worker.py"]
+
+if _HERE_IS_JAX_VENV:
+    os.environ["KERAS_BACKEND"] = "jax"  # for the in-process tests, before Keras
