@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint bench chaos clean colab-test browser-test
+.PHONY: test demo lint bench chaos clean colab-test browser-test jax-test
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,10 @@ $(STAMP): setup.py pyproject.toml
 	touch $(STAMP)
 
 # Lint first: CI runs `make test` only, so this is where lint is enforced.
+# Then the JAX tests, in their own virtualenv without TensorFlow.
 test: lint
 	$(PY) -m pytest -q --durations=15
+	$(MAKE) jax-test
 
 # The chaos soak (not in CI; ~15 min on 2 cores): >= 50 random SIGKILLs,
 # takeover races, 5xx/resets/stalls and expiring tokens; prints its figures.
@@ -43,6 +45,21 @@ $(COLAB_VENV)/.installed:
 
 colab-test: $(STAMP) $(COLAB_VENV)/.installed
 	COLAB_RESUME_KERNEL_PYTHON=$(COLAB_VENV)/bin/python $(PY) -m pytest -q tests/test_panel_kernel.py
+
+# Keras on JAX without TensorFlow (what Colab's TPU runs): a second
+# virtualenv with jax[cpu] and keras but no TensorFlow, so "the JAX path
+# never imports TensorFlow" is proven by its absence. tests/on_jax is collected
+# only there.
+JAX_VENV := build/venv-jax
+$(JAX_VENV)/.installed: setup.py pyproject.toml
+	$(PYTHON) -m venv $(JAX_VENV)
+	$(JAX_VENV)/bin/pip install --quiet --upgrade pip
+	$(JAX_VENV)/bin/pip install --quiet "jax[cpu]" keras "pytest>=8" "pytest-timeout>=2.3"
+	$(JAX_VENV)/bin/pip install --quiet -e .
+	touch $@
+
+jax-test: $(JAX_VENV)/.installed
+	$(JAX_VENV)/bin/python -m pytest -q --durations=5 tests/on_jax
 
 # The panel in a real browser: JupyterLab (ipywidgets 8) in headless Debian
 # Chromium, a real click on Stop while fit runs. Screenshots land in build/.

@@ -49,6 +49,9 @@ setup(
         # Colab ships ipywidgets 7.7 and core widgets break there on 8: accept
         # both, never force an upgrade.
         "ipywidgets>=7.7,<9",
+        # The JAX backend's checkpoints: host arrays in a safetensors file
+        # (small, no framework; already on Colab).
+        "safetensors>=0.4",
     ],
     extras_require={
         "tf": ["tensorflow>=2.16"],

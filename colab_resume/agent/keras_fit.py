@@ -24,17 +24,21 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from colab_resume import backend
 from colab_resume.agent import callback_state, metric_state
 from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.random_ops import RandomOpWatch
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
+from colab_resume.backend import jax as jax_backend
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.state import ModelAndExtras
 from colab_resume.data import (
     DataFingerprints,
     check_global_batch,
+    check_numpy_batch,
     epoch_dataset,
+    first_batch,
     split_step,
 )
 from colab_resume.errors import ColabResumeError
@@ -144,9 +148,12 @@ class KerasFit:
     def state(self) -> Any:
         """The model, plus the callbacks' arrays and ``extra_state``, if any."""
         if self._state is None:
-            self._slots = callback_state.ArraySlots(self.user_callbacks, self.model)
+            # JAX: callbacks' arrays (EarlyStopping's best weights) are not
+            # checkpointed yet; ArraySlots holds them in tf.Variables.
+            if not backend.is_jax():
+                self._slots = callback_state.ArraySlots(self.user_callbacks, self.model)
             extras = {f"extra_{k}": v for k, v in self.extra_state.items()}
-            if self._slots.flat:
+            if self._slots is not None and self._slots.flat:
                 extras["callbacks"] = self._slots.flat
             self._state = ModelAndExtras(self.model, extras) if extras else self.model
         return self._state
@@ -166,6 +173,10 @@ class KerasFit:
 
     def snapshot(self) -> Snapshot:
         history = {"epoch": list(self.history.epoch), "history": self.history.history}
+        if backend.is_jax():
+            # Mid-epoch, Keras on JAX keeps the trained values in its own
+            # state and leaves the model's variables empty: put them back.
+            self.model.jax_state_sync()
         state = self.state
         if self._slots is not None:
             self._slots.store()
@@ -189,7 +200,8 @@ class KerasFit:
         hook = _make_hook(self, duties)
         callbacks = [hook] + ([_make_progbar(self)] if self.verbose != 0 else [])
         # The step is traced during its first call: watch what it creates.
-        self.random_ops = RandomOpWatch()
+        # TF only: JAX has no stateful random ops hidden from the checkpoint.
+        self.random_ops = None if backend.is_jax() else RandomOpWatch()
         try:
             self._train_epochs(start_epoch, skip, callbacks)
         finally:
@@ -207,7 +219,14 @@ class KerasFit:
                 skip=self.skip,
                 steps_per_epoch=self.steps_per_epoch,
             )
-            if epoch == start_epoch:
+            fit_options = self.fit_options
+            if backend.is_jax():
+                if epoch == start_epoch:
+                    batch = first_batch(self.make_dataset, epoch)
+                    check_numpy_batch(batch, jax_backend.replicas(), epoch)
+                # A generator: Keras would warn that it cannot shuffle it.
+                fit_options = dict(fit_options, shuffle=False)
+            elif epoch == start_epoch:
                 replicas = self.model.distribute_strategy.num_replicas_in_sync
                 check_global_batch(dataset, replicas, epoch)
             validation = self.validation_data
@@ -221,7 +240,7 @@ class KerasFit:
                 callbacks=callbacks,
                 verbose=self.verbose,
                 validation_data=validation,
-                **self.fit_options,
+                **fit_options,
             )
             if self.model.stop_training:
                 break

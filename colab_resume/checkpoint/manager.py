@@ -31,7 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume import backend
 from colab_resume.checkpoint import retention, transfer
+from colab_resume.checkpoint.arrays import ArrayState
 from colab_resume.checkpoint.manifest import FileEntry, Manifest, crc32c_file
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_bound
@@ -147,7 +149,7 @@ class CheckpointManager:
         self._events = events
         self._clock = clock
         self._uploader = Uploader(self._report_failure)
-        self._state: TrainingState | None = None
+        self._state: TrainingState | ArrayState | None = None
         self._owned_staging = self.config.staging_dir is None
         self._staging_root = self.config.staging_dir or tempfile.mkdtemp(
             prefix="colab-resume-staging-"
@@ -254,7 +256,7 @@ class CheckpointManager:
         )
         self.check()
 
-    def _training_state(self, state: StateLike) -> TrainingState:
+    def _training_state(self, state: StateLike) -> TrainingState | ArrayState:
         # Reuse across saves: rebuilding the tf.train.Checkpoint every time
         # would also restart TF's async writer thread. Captured again only
         # when the state grew variables (optimizer slots after a first step).
@@ -263,10 +265,15 @@ class CheckpointManager:
             or self._state.source is not state
             or self._state.outdated()
         ):
-            self._state = TrainingState(state)
+            # JAX: host arrays in a safetensors file (checkpoint.arrays).
+            self._state = (
+                ArrayState(state) if backend.is_jax() else TrainingState(state)
+            )
         return self._state
 
     def _tf_options(self) -> Any:
+        if backend.is_jax():
+            return None
         import tensorflow as tf
 
         kwargs: dict[str, Any] = {"experimental_io_device": self.config.io_device}
@@ -281,7 +288,7 @@ class CheckpointManager:
 
     def _upload_and_commit(
         self,
-        training_state: TrainingState,
+        training_state: TrainingState | ArrayState,
         name: CheckpointName,
         staging: str,
         epoch: int,
@@ -401,12 +408,14 @@ class CheckpointManager:
             NoValidCheckpointError: checkpoints exist, none is usable.
             StructureMismatchError: the checkpoint does not fit ``state``.
         """
-        import tensorflow as tf
-
         training_state = self._training_state(state)
-        options = tf.train.CheckpointOptions(
-            experimental_io_device=self.config.io_device
-        )
+        options = None
+        if not backend.is_jax():
+            import tensorflow as tf
+
+            options = tf.train.CheckpointOptions(
+                experimental_io_device=self.config.io_device
+            )
 
         def read(prefix: str, manifest: Manifest) -> tuple[str, ...]:
             return tuple(training_state.restore(prefix, manifest.structure, options))

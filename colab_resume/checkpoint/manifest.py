@@ -86,8 +86,9 @@ class Manifest:
         wall_time: when the save was taken (seconds since the epoch, writer's
             clock; informational only).
         files: every file of the checkpoint.
-        prefix: TensorFlow checkpoint prefix (the file names without their
-            ``.index`` / ``.data-...`` suffix).
+        prefix: checkpoint prefix (the file names without their suffix:
+            TensorFlow's ``.index`` / ``.data-...``, or ``.safetensors`` for
+            the JAX backend's host arrays).
         structure: variable groups, ``{group: [[name, shape, dtype], ...]}``
             plus ``{group: "object:<type>"}`` for opaque trackables.
         metrics: JSON-able metrics at the save.
@@ -125,10 +126,12 @@ class Manifest:
         # TensorFlow: an absolute path or '..' would read any checkpoint on
         # the local disk instead of the files just verified.
         _check_plain_name("Manifest.prefix", self.prefix)
-        if f"{self.prefix}.index" not in names:
+        # TensorFlow writes <prefix>.index; the JAX backend <prefix>.safetensors.
+        if not {f"{self.prefix}.index", f"{self.prefix}.safetensors"} & set(names):
             raise ValueError(
-                f"Manifest.prefix {self.prefix!r} names no listed file: "
-                f"{self.prefix}.index is not among {sorted(names)}."
+                f"Manifest.prefix {self.prefix!r} names no listed file: neither "
+                f"{self.prefix}.index nor {self.prefix}.safetensors is among "
+                f"{sorted(names)}."
             )
         strays = [n for n in names if not n.startswith(f"{self.prefix}.")]
         if strays:

@@ -14,11 +14,13 @@ TensorFlow is imported lazily: importing the package must not pay for it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from colab_resume import backend
 from colab_resume.checkpoint.errors import StructureMismatchError
 
 log = logging.getLogger(__name__)
@@ -46,18 +48,33 @@ class ModelAndExtras:
     extras: Mapping[str, Any]
 
 
+def _tensorflow() -> Any:
+    """TensorFlow on its backend; None on JAX, whose path never imports it."""
+    if backend.is_jax():
+        return None
+    import tensorflow as tf
+
+    return tf
+
+
+class _NoStrategy:
+    """JAX: the global ``keras.distribution`` lays variables out by itself."""
+
+    def scope(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
 def _variable_list(obj: Any) -> list[Any] | None:
     """The variables of ``obj`` if it is one we flatten, else None (opaque)."""
     import keras
-    import tensorflow as tf
 
+    tf = _tensorflow()
+    kinds = (keras.Variable, tf.Variable) if tf is not None else (keras.Variable,)
     if isinstance(obj, (keras.Layer, keras.optimizers.Optimizer, keras.metrics.Metric)):
         return list(obj.variables)
-    if isinstance(obj, (keras.Variable, tf.Variable)):
+    if isinstance(obj, kinds):
         return [obj]
-    if isinstance(obj, (list, tuple)) and all(
-        isinstance(v, (keras.Variable, tf.Variable)) for v in obj
-    ):
+    if isinstance(obj, (list, tuple)) and all(isinstance(v, kinds) for v in obj):
         return list(obj)
     return None
 
@@ -103,8 +120,9 @@ def _build_optimizer(
 
 
 def _strategy_of(model: Any) -> Any:
-    import tensorflow as tf
-
+    tf = _tensorflow()
+    if tf is None:
+        return _NoStrategy()
     return getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
 
 
@@ -156,8 +174,9 @@ def _untracked(model: Any) -> tuple[dict[str, Any], list[Any]]:
         Attribute optimizers by attribute name, and the stray RNG variables.
     """
     import keras
-    import tensorflow as tf
 
+    tf = _tensorflow()
+    generator = tf.random.Generator if tf is not None else ()
     known = {id(v) for v in model.variables}
     optimizers: dict[str, Any] = {}
     rng: list[Any] = []
@@ -173,7 +192,7 @@ def _untracked(model: Any) -> tuple[dict[str, Any], list[Any]]:
             elif isinstance(value, keras.optimizers.Optimizer):
                 if value is not model.optimizer and layer is model:
                     optimizers.setdefault(name, value)
-            elif isinstance(value, tf.random.Generator):
+            elif generator and isinstance(value, generator):
                 if id(value.state) not in known:
                     known.add(id(value.state))
                     rng.append(value.state)

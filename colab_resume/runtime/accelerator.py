@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from colab_resume import backend
 from colab_resume.events import EventLog
 from colab_resume.runtime import diagnose, local, precision, tpu
 from colab_resume.runtime.detect import GPU, RuntimeInfo, detect
@@ -218,6 +219,15 @@ class Accelerator:
         strategy = local.cpu_strategy(self._tensorflow(), self.options.cpu_replicas)
         return self._finish(strategy, kind="cpu", chip="cpu", fallback=fallback)
 
+    def _connect_jax(self) -> Any:
+        """Keras on JAX: a ``DataParallel`` distribution, no TensorFlow."""
+        from colab_resume.backend import jax as jax_backend
+
+        made = jax_backend.connect(self.options.prefer, self.options.cpu_replicas)
+        return self._finish(
+            made.distribution, kind=made.kind, chip=made.chip, replicas=made.replicas
+        )
+
     def _finish(
         self,
         strategy: Any,
@@ -227,13 +237,14 @@ class Accelerator:
         tpu_target: str | None = None,
         io_device: str | None = None,
         fallback: str | None = None,
+        replicas: int | None = None,
     ) -> Any:
         policy = precision.resolve_precision(self.options.precision, kind)
         self.platform.set_precision(policy)
         self._strategy = strategy
         self._connection = Connection(
             kind=kind,
-            replicas=int(strategy.num_replicas_in_sync),
+            replicas=replicas or int(strategy.num_replicas_in_sync),
             precision=policy,
             chip_type=chip,
             tpu_target=tpu_target,
@@ -305,6 +316,8 @@ class Accelerator:
         """
         if self._strategy is not None:
             return self._strategy
+        if backend.is_jax():
+            return self._connect_jax()
         p = self.platform
         info = self._info = detect(
             p.env, root=p.root, module_available=p.module_available
@@ -360,6 +373,12 @@ class Accelerator:
                 "rebuilds the accelerator connect() chose."
             )
         previous = self._connection
+        if backend.is_jax():
+            raise AcceleratorError(
+                "reconnecting after an accelerator loss is not supported on the "
+                "JAX backend yet: run the same code again to resume from the "
+                "last checkpoint."
+            )
         self._emit(
             "runtime.reconnect",
             f"reconnecting {previous.label} after an accelerator loss",

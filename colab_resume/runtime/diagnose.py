@@ -188,9 +188,11 @@ def import_tensorflow(info: RuntimeInfo | None = None) -> ModuleType:
             fix = (
                 f"This is a Colab TPU runtime ({info.signs}): it runs Keras on "
                 f"JAX, and TensorFlow's TPU build installed there does not see "
-                f"the TPU. This version of colab_resume trains with TensorFlow "
-                f"only: use a Colab GPU runtime (Runtime > Change runtime type), "
-                f"or a Cloud TPU VM with a TensorFlow image"
+                f"the TPU. Train with Keras on JAX: set "
+                f"os.environ['KERAS_BACKEND'] = 'jax' before importing keras and "
+                f"use agent.fit (agent.run and in-session recovery are not "
+                f"supported on JAX yet); or use a Colab GPU runtime (Runtime > "
+                f"Change runtime type), or a Cloud TPU VM with a TensorFlow image"
             )
         elif info is not None and info.is_tpu:
             fix = (

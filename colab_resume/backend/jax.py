@@ -1,0 +1,134 @@
+"""Keras on JAX: a ``keras.distribution.DataParallel`` over the devices.
+
+What ``strategy.scope()`` is to TensorFlow, a ``keras.distribution`` is to
+JAX: :func:`connect` builds a fresh ``DataParallel`` over every device of
+the chosen platform and makes it Keras' global distribution, so variables
+are replicated and each global batch is split over the devices. The loop
+still enters ``distribution.scope()`` around ``build_model``.
+
+On the CPU, ``cpu_replicas=N`` splits the host into N XLA devices with
+``XLA_FLAGS=--xla_force_host_platform_device_count=N``. XLA reads the flag
+when JAX initialises its backends (the first ``jax.devices()``, not the
+import), so it is set here before that; a process whose JAX already
+initialised with fewer CPU devices gets an error saying how to fix it.
+
+Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from typing import Any
+
+from colab_resume.runtime.errors import AcceleratorNotFoundError, LogicalDevicesError
+
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxConnection:
+    """What :func:`connect` built.
+
+    Attributes:
+        distribution: the ``keras.distribution.DataParallel`` (has ``scope()``).
+        kind: ``"tpu"``, ``"gpu"`` or ``"cpu"``.
+        chip: the devices' kind, e.g. ``"TPU v5 lite"`` or ``"cpu"``.
+        replicas: devices the batch is split over.
+    """
+
+    distribution: Any
+    kind: str
+    chip: str
+    replicas: int
+
+
+def backends_initialized() -> bool:
+    """True once JAX has created its backends (XLA flags no longer apply)."""
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+    except ImportError:  # a JAX without this module: assume the worst
+        return True
+    probe = getattr(xla_bridge, "backends_are_initialized", None)
+    return bool(probe()) if callable(probe) else True
+
+
+def request_cpu_devices(count: int, env: dict[str, str] | None = None) -> None:
+    """Ask XLA for ``count`` host devices, before JAX initialises.
+
+    Raises:
+        LogicalDevicesError: JAX already initialised with fewer CPU devices.
+    """
+    environ: Any = os.environ if env is None else env
+    if count <= 1:
+        return
+    if backends_initialized():
+        import jax
+
+        have = len(jax.devices("cpu"))
+        if have >= count:
+            return
+        raise LogicalDevicesError(
+            f"cpu_replicas={count}, but JAX already initialised with {have} CPU "
+            f"device(s) in this process, and XLA reads "
+            f"{DEVICE_COUNT_FLAG} only at initialisation. Create the Agent (or "
+            f"call agent.connect()) before any JAX computation, or set "
+            f"XLA_FLAGS={DEVICE_COUNT_FLAG}={count} before starting Python."
+        )
+    flags = re.sub(rf"{DEVICE_COUNT_FLAG}=\S*", "", environ.get("XLA_FLAGS", ""))
+    environ["XLA_FLAGS"] = f"{flags.strip()} {DEVICE_COUNT_FLAG}={count}".strip()
+
+
+def connect(prefer: str, cpu_replicas: int) -> JaxConnection:
+    """A fresh ``DataParallel`` over the devices, set as Keras' distribution.
+
+    Args:
+        prefer: ``"auto"`` (JAX's default platform: TPU, then GPU, then
+            CPU), ``"tpu"``, ``"gpu"`` or ``"cpu"``.
+        cpu_replicas: CPU devices to split the host into (CPU only).
+
+    Raises:
+        AcceleratorNotFoundError: ``prefer`` names a platform JAX does not see.
+        LogicalDevicesError: see :func:`request_cpu_devices`.
+    """
+    if prefer in ("auto", "cpu"):
+        request_cpu_devices(cpu_replicas)
+    import jax
+    import keras
+
+    platform = None if prefer == "auto" else prefer
+    try:
+        devices = jax.devices(platform)
+    except RuntimeError as exc:
+        raise AcceleratorNotFoundError(
+            f"prefer={prefer!r} but JAX sees no {prefer.upper()} ({exc}). Choose a "
+            f"{prefer.upper()} runtime, install the JAX build for it, or "
+            f"prefer='auto'."
+        ) from exc
+    if devices[0].platform == "cpu":
+        if len(devices) < cpu_replicas:
+            raise LogicalDevicesError(
+                f"cpu_replicas={cpu_replicas} but JAX has {len(devices)} CPU "
+                f"device(s): XLA_FLAGS sets {DEVICE_COUNT_FLAG} to a smaller "
+                f"number. Unset it, or start a fresh process."
+            )
+        devices = devices[:cpu_replicas]
+    distribution = keras.distribution.DataParallel(devices=devices)
+    keras.distribution.set_distribution(distribution)
+    kind = str(devices[0].platform)
+    chip = str(getattr(devices[0], "device_kind", kind)) if kind != "cpu" else "cpu"
+    return JaxConnection(distribution, kind, chip, len(devices))
+
+
+def replicas() -> int:
+    """Devices the global batch is split over by Keras' current distribution."""
+    import keras
+
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return 1
+    return int(distribution.device_mesh.devices.size)

@@ -1,0 +1,97 @@
+"""Keras on JAX, 2 CPU devices: SIGKILL mid-training, rerun, bitwise equal.
+
+Real processes (``jax_worker.py``): one uninterrupted run, and one killed
+right after step 10 (checkpoints every 4 steps, 7 steps per epoch) and run
+again. The final model and optimizer variables must be bitwise equal, the
+kill must have landed during training, and no TensorFlow may be imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+KILL_AT = 10
+
+
+def worker(run_dir: str, out: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=REPO, KERAS_BACKEND="jax")
+    env.pop("XLA_FLAGS", None)  # the agent sets the device count itself
+    return subprocess.run(
+        [sys.executable, os.path.join(HERE, "jax_worker.py"), run_dir, out, *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        check=False,
+    )
+
+
+def read(out: str) -> tuple[dict[str, np.ndarray], dict[str, object]]:
+    with np.load(os.path.join(out, "weights.npz")) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    with open(os.path.join(out, "result.json")) as handle:
+        return arrays, json.load(handle)
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The uninterrupted run's directory (``run/`` and ``out/`` inside)."""
+    base = tmp_path_factory.mktemp("straight")
+    done = worker(str(base / "run"), str(base / "out"))
+    assert done.returncode == 0, done.stderr[-4000:]
+    return str(base)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(straight_run: str) -> tuple[dict, dict]:
+    return read(os.path.join(straight_run, "out"))
+
+
+def test_killed_and_rerun_is_bitwise_equal(
+    uninterrupted: tuple[dict, dict], tmp_path: os.PathLike[str]
+) -> None:
+    run, out = os.path.join(tmp_path, "run"), os.path.join(tmp_path, "out")
+    killed = worker(run, out, "--kill-at-step", str(KILL_AT))
+    assert killed.returncode == -9, killed.stderr[-4000:]
+    assert f"KILLING at step {KILL_AT}" in killed.stdout
+    resumed = worker(run, out)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+
+    expected, straight = uninterrupted
+    arrays, result = read(out)
+    assert 0 < int(result["restored_step"]) < KILL_AT  # type: ignore[call-overload]
+    assert result["steps_here"] == 14 - int(result["restored_step"])  # type: ignore[call-overload]
+    assert result["devices"] == straight["devices"] == 2
+    assert result["tensorflow_imported"] is straight["tensorflow_imported"] is False
+    # Dropout's seed generator is among what must come back.
+    assert any("seed_generator" in path for path in result["variables"])  # type: ignore[union-attr]
+    assert sorted(arrays) == sorted(expected)
+    assert any(k.startswith("optimizer_") for k in arrays)
+    for key in expected:
+        assert arrays[key].dtype == expected[key].dtype, key
+        assert arrays[key].tobytes() == expected[key].tobytes(), key
+
+
+def test_checkpoints_are_safetensors_host_arrays(straight_run: str) -> None:
+    from colab_resume.checkpoint.arrays import read_arrays
+
+    run, out = os.path.join(straight_run, "run"), os.path.join(straight_run, "out")
+    final = os.path.join(run, "checkpoints", "step-000000014.e00000001")
+    with open(os.path.join(final, "MANIFEST.json")) as handle:
+        manifest = json.load(handle)
+    assert [f["name"] for f in manifest["files"]] == ["ckpt.safetensors"]
+    arrays = read_arrays(os.path.join(final, "ckpt.safetensors"))
+    for group, variables in manifest["structure"].items():
+        for index, (_, shape, dtype) in enumerate(variables):
+            array = arrays[f"{group}/{index:06d}"]
+            assert list(array.shape) == shape and str(array.dtype) == dtype
+    weights, _ = read(out)
+    assert arrays["model/000000"].tobytes() == weights["model_000"].tobytes()

@@ -1,0 +1,101 @@
+"""Without TensorFlow installed, the package, inspect() and the CLI work.
+
+Each check runs in a fresh interpreter and asserts on ``sys.modules``:
+nothing may import TensorFlow (here it is not even installed, so an import
+that is caught and ignored would still show up as an attempt only through
+sys.modules; the assertion covers both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+
+
+def test_tensorflow_is_absent_here() -> None:
+    with pytest.raises(ImportError):
+        __import__("tensorflow")
+
+
+def test_import_and_inspect_never_import_tensorflow(tmp_path: str) -> None:
+    code = (
+        "import sys, json\n"
+        "import colab_resume as cr\n"
+        "status = cr.inspect(sys.argv[1])\n"
+        "print(json.dumps({'state': str(status.state), "
+        "'tf': 'tensorflow' in sys.modules}))\n"
+    )
+    result = run_python(code, str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["tf"] is False
+    assert "NEW" in report["state"]
+
+
+def test_cli_status_never_imports_tensorflow(tmp_path: str) -> None:
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['colab-resume', 'status', sys.argv[1], '--json']\n"
+        "try:\n"
+        "    runpy.run_module('colab_resume', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    code = exc.code\n"
+        "else:\n"
+        "    code = 0\n"
+        "print('TF', 'tensorflow' in sys.modules, 'RC', code)\n"
+    )
+    result = run_python(code, str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert '"state"' in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "TF False RC 0"
+
+
+def test_what_is_not_supported_yet_says_so(tmp_path: str) -> None:
+    """cpu_replicas after JAX initialised with fewer devices; agent.run on JAX."""
+    code = (
+        "import sys, jax\n"
+        "jax.devices()  # JAX initialises with one CPU device\n"
+        "import colab_resume as cr\n"
+        "from colab_resume.runtime import LogicalDevicesError\n"
+        "agent = cr.Agent(sys.argv[1], prefer='cpu', cpu_replicas=2)\n"
+        "try:\n"
+        "    agent.connect()\n"
+        "except LogicalDevicesError as exc:\n"
+        "    print('DEVICES', exc)\n"
+        "one = cr.Agent(sys.argv[1], prefer='cpu')\n"
+        "print('CONNECTED', one.connect().__class__.__name__)\n"
+        "try:\n"
+        "    one.run(dict, lambda e: [], lambda s, b: None, total_steps=1,"
+        " steps_per_epoch=1)\n"
+        "except NotImplementedError as exc:\n"
+        "    print('RUN', exc)\n"
+        "print('TF', 'tensorflow' in sys.modules)\n"
+    )
+    result = run_python(code, str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    devices = next(line for line in lines if line.startswith("DEVICES"))
+    assert "cpu_replicas=2" in devices and "already initialised with 1" in devices
+    assert "XLA_FLAGS=--xla_force_host_platform_device_count=2" in devices
+    assert "CONNECTED DataParallel" in lines
+    run = next(line for line in lines if line.startswith("RUN"))
+    assert "agent.fit" in run
+    assert lines[-1] == "TF False"
