@@ -92,7 +92,7 @@ def read_arrays(path: str) -> dict[str, Any]:
     with open(path, "rb") as f:
         content = f.read()
     arrays: dict[str, Any] = {}
-    for name, entry in deserialize(content):
+    for name, entry in deserialize(content):  # type: ignore[no-untyped-call]  # untyped extension module
         code = entry["dtype"]
         if code not in _DTYPES:
             raise StructureMismatchError(
