@@ -25,21 +25,17 @@ under a ``keras.distribution`` is re-laid out by its own ``assign``.
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
 
 from colab_resume.checkpoint.errors import StructureMismatchError
 from colab_resume.checkpoint.state import (
-    OPTIONAL_GROUPS,
     StateLike,
     _describe,
     _variable_list,
-    describe_difference,
+    check_fits,
     expand,
 )
-
-log = logging.getLogger(__name__)
 
 SUFFIX = ".safetensors"
 
@@ -191,26 +187,7 @@ class ArrayState:
             StructureMismatchError: a required group differs, or the file
                 lacks a tensor the manifest lists.
         """
-        skipped: list[str] = []
-        problems: list[str] = []
-        for group in sorted(set(self.structure) | set(saved)):
-            diff = describe_difference(
-                group, saved.get(group), self.structure.get(group)
-            )
-            if diff is None:
-                continue
-            if group in OPTIONAL_GROUPS:
-                skipped.append(group)
-                log.warning("checkpoint: not restoring %s: %s", group, diff)
-            else:
-                problems.append(diff)
-        if problems:
-            raise StructureMismatchError(
-                "The checkpoint does not fit the state being restored:\n  "
-                + "\n  ".join(problems)
-                + "\nBuild the same model and optimizer as the run that saved it "
-                "(same layers in the same order), or start a new run_dir."
-            )
+        skipped = check_fits(self.structure, saved)
         if not os.path.exists(prefix + SUFFIX):
             raise StructureMismatchError(
                 "This checkpoint was written by the TensorFlow backend (no "

@@ -383,26 +383,7 @@ class TrainingState:
         import tensorflow as tf
 
         self._build_pending_optimizers(saved)
-        skipped: list[str] = []
-        problems: list[str] = []
-        for group in sorted(set(self.structure) | set(saved)):
-            mine, theirs = self.structure.get(group), saved.get(group)
-            diff = describe_difference(group, theirs, mine)
-            if diff is None:
-                continue
-            if group in OPTIONAL_GROUPS:
-                skipped.append(group)
-                log.warning("checkpoint: not restoring %s: %s", group, diff)
-            else:
-                problems.append(diff)
-        if problems:
-            raise StructureMismatchError(
-                "The checkpoint does not fit the state being restored:\n  "
-                + "\n  ".join(problems)
-                + "\nBuild the same model and optimizer as the run that saved it "
-                "(same layers in the same order, optimizer built on the same "
-                "variables), or start a new run_dir."
-            )
+        skipped = check_fits(self.structure, saved)
         if skipped:
             children = {k: v for k, v in self._children.items() if k not in skipped}
             reader = tf.train.Checkpoint(**children)
@@ -412,6 +393,37 @@ class TrainingState:
         status.expect_partial()
         status.assert_existing_objects_matched()
         return skipped
+
+
+def check_fits(live: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+    """Compare the live state's structure with a checkpoint's, group by group.
+
+    Returns:
+        The optional groups that do not fit (skipped, with a warning).
+
+    Raises:
+        StructureMismatchError: a required group differs.
+    """
+    skipped: list[str] = []
+    problems: list[str] = []
+    for group in sorted(set(live) | set(saved)):
+        diff = describe_difference(group, saved.get(group), live.get(group))
+        if diff is None:
+            continue
+        if group in OPTIONAL_GROUPS:
+            skipped.append(group)
+            log.warning("checkpoint: not restoring %s: %s", group, diff)
+        else:
+            problems.append(diff)
+    if problems:
+        raise StructureMismatchError(
+            "The checkpoint does not fit the state being restored:\n  "
+            + "\n  ".join(problems)
+            + "\nBuild the same model and optimizer as the run that saved it "
+            "(same layers in the same order, optimizer built on the same "
+            "variables), or start a new run_dir."
+        )
+    return skipped
 
 
 def describe_difference(group: str, saved: Any, live: Any) -> str | None:
