@@ -20,12 +20,12 @@ import argparse
 import hashlib
 import json
 import os
-import signal
 import sys
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def optimizers_of(model) -> list:
@@ -73,6 +73,7 @@ def main() -> int:
     import keras
     import numpy as np
     import tensorflow as tf
+    from support.dying import kill_if_at
     from workloads import WORKLOADS
 
     from colab_resume.agent import Agent
@@ -89,9 +90,7 @@ def main() -> int:
     # process kills itself.
     def after_step(step: int) -> None:
         trained["steps"] += 1
-        if step == args.kill_at_step:
-            print(f"KILLING at step {step}", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_if_at(step, args.kill_at_step)
         if step == args.unavailable_at_step and not trained.get("lost"):
             trained["lost"] = True  # once, as a lost TPU would
             raise tf.errors.UnavailableError(None, None, "Socket closed")

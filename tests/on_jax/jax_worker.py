@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 
 os.environ["KERAS_BACKEND"] = "jax"
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 EPOCHS = 2
 STEPS_PER_EPOCH = 7
@@ -61,6 +61,7 @@ def main() -> int:
 
     import keras
     import numpy as np
+    from support.dying import kill_if_at
 
     from colab_resume.agent import Agent
 
@@ -69,9 +70,7 @@ def main() -> int:
 
     def after_step(step: int) -> None:
         trained["steps"] += 1
-        if step == args.kill_at_step:
-            print(f"KILLING at step {step}", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_if_at(step, args.kill_at_step)
 
     agent = Agent(
         args.run_dir,

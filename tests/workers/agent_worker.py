@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 
@@ -70,6 +69,7 @@ def main() -> int:
     import keras
     import tensorflow as tf
     from support import toy
+    from support.dying import kill_if_at
 
     from colab_resume.agent import Agent
 
@@ -94,9 +94,7 @@ def main() -> int:
     steps_done = {"n": 0, "raised": False}
 
     def faults(step: int) -> None:
-        if args.kill_at_step is not None and step == args.kill_at_step:
-            print(f"KILLING at step {step}", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_if_at(step, args.kill_at_step)
         if (
             args.unavailable_at_step is not None
             and step == args.unavailable_at_step

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 
@@ -40,6 +39,7 @@ def main() -> int:
     import keras
     import tensorflow as tf
     from support import toy
+    from support.dying import kill_if_at
 
     from colab_resume.agent import Agent
 
@@ -59,9 +59,7 @@ def main() -> int:
 
     def after_step(step: int) -> None:  # after the agent's duties of the step
         done["step"] = step
-        if step == args.kill_at_step:
-            print(f"KILLING at step {step}", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_if_at(step, args.kill_at_step)
 
     class RaiseAt(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
