@@ -102,9 +102,12 @@ class ModelState:
     def train(self, start_step: int, duties: StepDuties, strategy: Any) -> None:
         raise NotImplementedError("the lighter path trains in the user's model.fit")
 
+    def metrics(self) -> dict[str, Any]:
+        return scalars(self.last_logs)
+
     def snapshot(self) -> Snapshot:
         extras = {"steps_per_epoch": self.steps_per_epoch}
-        return Snapshot(self.model, self.epoch, scalars(self.last_logs), extras)
+        return Snapshot(self.model, self.epoch, self.metrics(), extras)
 
     def start_point(self, step: int, epoch: int, extras: dict[str, Any]) -> StartPoint:
         saved = extras.get("steps_per_epoch")

@@ -103,9 +103,12 @@ class CustomLoop:
         self.fingerprints.restored(info.extras.get("fingerprints"), info.step)
         return info.step
 
+    def metrics(self) -> dict[str, Any]:
+        return _metrics(self.last_outputs)
+
     def snapshot(self) -> Snapshot:
         extras = {"fingerprints": self.fingerprints.seen}
-        return Snapshot(self.state, self.epoch, _metrics(self.last_outputs), extras)
+        return Snapshot(self.state, self.epoch, self.metrics(), extras)
 
     def train(self, start_step: int, duties: StepDuties, strategy: Any) -> None:
         import tensorflow as tf

@@ -62,7 +62,11 @@ class Driver(Protocol):
         ...
 
     def snapshot(self) -> Snapshot:
-        """What to save now (cheap: called at every save)."""
+        """What to save now (called at every save)."""
+        ...
+
+    def metrics(self) -> dict[str, Any]:
+        """The latest metrics as floats (cheap: the once-a-second tick reads it)."""
         ...
 
     def train(self, start_step: int, duties: StepDuties, strategy: Any) -> None:

@@ -171,6 +171,9 @@ class KerasFit:
         self.metric_state = info.extras.get("metric_state")
         return info.step
 
+    def metrics(self) -> dict[str, Any]:
+        return scalars(self.last_logs)
+
     def snapshot(self) -> Snapshot:
         history = {"epoch": list(self.history.epoch), "history": self.history.history}
         if backend.is_jax():
@@ -186,7 +189,7 @@ class KerasFit:
             "callbacks": callback_state.capture(self.user_callbacks),
             "metric_state": metric_state.capture(self.model),
         }
-        return Snapshot(state, self.epoch, scalars(self.last_logs), extras)
+        return Snapshot(state, self.epoch, self.metrics(), extras)
 
     def train(self, start_step: int, duties: StepDuties, strategy: Any = None) -> None:
         """Train from ``start_step`` to the end (or until stopped).

@@ -239,6 +239,7 @@ class RunLoop:
             controls=self.controls,
             events=self.events,
             snapshot=driver.snapshot,
+            metrics=driver.metrics,
             tick=self.progress.tick,
             hooks=self.step_hooks,
         )

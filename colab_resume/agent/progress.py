@@ -150,7 +150,7 @@ class ProgressTracker:
             if self._rate is None or step != self._rate[0]:
                 self._rate = (step, now)
                 try:
-                    self.recorder.sample(step, duties.snapshot().metrics)
+                    self.recorder.sample(step, duties.metrics())
                 except Exception:  # a metric we cannot read must not stop training
                     log.debug("telemetry: no metrics this tick", exc_info=True)
         self.recorder.maybe_flush()

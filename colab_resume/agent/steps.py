@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.driver import Snapshot
@@ -33,6 +34,7 @@ class StepDuties:
         controls: pause / stop / save requests.
         events: the run's events.
         snapshot: returns the :class:`~colab_resume.agent.driver.Snapshot` to save.
+        metrics: the latest metrics, cheaply (default: the snapshot's).
         tick: called after each step for the panel (rate-limits itself).
         hooks: called with the step after its duties (``Agent.on_step``).
     """
@@ -46,6 +48,7 @@ class StepDuties:
         controls: Controls,
         events: EventLog,
         snapshot: Callable[[], Snapshot],
+        metrics: Callable[[], dict[str, Any]] | None = None,
         tick: Callable[[], None] | None = None,
         hooks: list[StepHook] | None = None,
     ) -> None:
@@ -55,6 +58,8 @@ class StepDuties:
         self.controls = controls
         self.events = events
         self.snapshot = snapshot
+        # The tick's metrics, without a snapshot's work (callback state, copies).
+        self.metrics = metrics or (lambda: snapshot().metrics)
         self.tick = tick or (lambda: None)
         self.hooks = hooks if hooks is not None else []
         self.step = 0
