@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from support.checkpoints import is_data_file
 
 from colab_resume.checkpoint import (
     CheckpointManager,
@@ -112,7 +113,7 @@ def test_no_checkpoints_returns_none(storage):
 
 def _damage(storage, how: str) -> str:
     name = CheckpointName(2, 1)
-    data = sorted(i.path for i in storage.list(name.path) if ".data-" in i.path)[0]
+    data = sorted(i.path for i in storage.list(name.path) if is_data_file(i.path))[0]
     full = storage.full(data)
     # Behind the manager's back, straight on the emulator.
     if how == "truncated":
@@ -144,7 +145,7 @@ def test_memory_storage_verifies_content_after_download():
     storage = Storage(f"memory://ckpt-{time.time_ns()}")
     saved = save_steps(manager(storage, keep=5), [1, 2])
     name = CheckpointName(2, 1)
-    data = next(i.path for i in storage.list(name.path) if ".data-" in i.path)
+    data = next(i.path for i in storage.list(name.path) if is_data_file(i.path))
     body = bytearray(storage.read_bytes(data))
     body[-1] ^= 0x01  # same size: only a content check can tell
     storage.write_bytes(data, bytes(body))
@@ -272,12 +273,14 @@ class DeleteFailsAfter(Storage):
         super().delete(rel)
 
 
-@pytest.mark.parametrize("budget", [0, 1, 2])
+# A checkpoint here is two files (manifest, one shard): fail before either.
+@pytest.mark.parametrize("budget", [0, 1])
 def test_failed_delete_halfway_never_loses_newest(gcs_run_dir, gcs_options, budget):
     storage = DeleteFailsAfter(gcs_run_dir, gcs_options)
     events = EventLog()
     mgr = manager(storage, keep=1, events=events)
     saved = save_steps(mgr, [1])
+    assert len(storage.list(CheckpointName(1, 1).path)) == 2
     storage.budget = budget
     saved.update(save_steps(mgr, [2]))  # retention of step 1 fails partway
     assert events.recent(kind="checkpoint.prune_failed")

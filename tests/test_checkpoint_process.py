@@ -11,6 +11,7 @@ import json
 
 from support import Process, assert_bitwise_equal, wait_for
 from support import worker as start_worker
+from support.checkpoints import is_data_file
 
 from colab_resume.rundir import MANIFEST, CheckpointName
 from colab_resume.storage import Storage
@@ -50,7 +51,7 @@ def test_sigkill_during_upload_restores_previous_commit(
     proc = worker("save-kill", gcs_run_dir, emulator.url, tmp_path, units=2400)
     with proc:
         wait_for(
-            lambda: any(".data-" in i.path for i in storage.list(second.path)),
+            lambda: any(is_data_file(i.path) for i in storage.list(second.path)),
             120,
             "the second checkpoint's upload to start",
             interval=0.02,

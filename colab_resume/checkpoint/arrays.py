@@ -1,12 +1,15 @@
-"""Checkpoints as host arrays in one safetensors file (the JAX backend).
+"""Checkpoints as host arrays in safetensors files: the portable format.
 
-On JAX there is no ``tf.train.Checkpoint``: every variable of the groups
-:func:`~colab_resume.checkpoint.state.expand` names (model, optimizer,
-metrics, seed generators, extras) is copied to a host NumPy array with
-``keras.ops.convert_to_numpy`` and written as tensor ``<group>/<position>``
-(``model/000003``) of ``<prefix>.safetensors``. The manifest's structure
-(name, shape, dtype per position) is the same as on TensorFlow, and the file
-is uploaded, CRC32C-listed and committed by the same manager.
+Both backends write it and both read it, so a run continues on TensorFlow
+from a checkpoint JAX wrote, and the other way round. Every variable of the
+groups :func:`~colab_resume.checkpoint.state.expand` names (model,
+optimizer, metrics, seed generators, extras) is copied to a host NumPy array
+and written as tensor ``<group>/<position>`` (``model/000003``). The
+tensors are split into shards of about ``shard_bytes``: ``ckpt.safetensors``
+when one shard holds them all, else ``ckpt-00000-of-00003.safetensors``...
+The manifest's structure (name, shape, dtype per position) is the same on
+both backends, and the shards are uploaded, CRC32C-listed and committed by
+the same manager as any checkpoint file.
 
 Why safetensors: a well-kept, documented tensor format (a JSON header, then
 raw little-endian bytes; no pickle, so loading a checkpoint runs no code),
@@ -14,17 +17,21 @@ readable by NumPy, JAX, PyTorch and TensorFlow alike, with a dtype of its
 own for bfloat16 (``BF16``), which ``.npy`` files can only store as opaque
 void bytes. It is a small wheel, already on Colab. We read it with the
 framework-free ``safetensors.deserialize`` and map dtypes ourselves, since
-``safetensors.numpy`` does not know bfloat16 (``ml_dtypes``, which JAX
-brings, does).
+``safetensors.numpy`` does not know bfloat16 (``ml_dtypes``, which both
+JAX and TensorFlow bring, does).
 
-Restore puts the arrays back by position after checking shapes and dtypes
-against the live variables, the rule of
-:class:`~colab_resume.checkpoint.state.TrainingState`; a variable created
-under a ``keras.distribution`` is re-laid out by its own ``assign``.
+A save blocks the training thread only for the device-to-host copy; the
+shards are serialised and written to local disk in :meth:`ArrayState.sync`,
+which the manager calls from its upload thread.
+
+A ``LossScaleOptimizer`` (``mixed_float16``) is saved as its inner
+optimizer plus an optional ``loss_scale`` group, so a run can change its
+precision policy and keep its optimizer state.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 from typing import Any
 
@@ -33,11 +40,14 @@ from colab_resume.checkpoint.state import (
     StateLike,
     _describe,
     _variable_list,
+    build_pending_optimizers,
     check_fits,
     expand,
 )
 
 SUFFIX = ".safetensors"
+# The loss-scale variables of a LossScaleOptimizer (mixed_float16 only).
+LOSS_SCALE = "loss_scale"
 
 # safetensors dtype codes -> NumPy dtype names ("bfloat16" via ml_dtypes).
 _DTYPES = {
@@ -57,9 +67,14 @@ _DTYPES = {
 }
 
 
+class NotPortableError(TypeError):
+    """A state group is not made of variables (an opaque TensorFlow trackable)."""
+
+
 def _numpy_dtype(name: str) -> Any:
     import numpy as np
 
+    name = name.removeprefix("<dtype: '").rstrip("'>")  # a tf.DType's str()
     if name == "bfloat16":
         import ml_dtypes
 
@@ -71,6 +86,18 @@ def tensor_name(group: str, index: int) -> str:
     return f"{group}/{index:06d}"
 
 
+def shard_names(count: int) -> list[str]:
+    """The file names (without directory) of ``count`` shards."""
+    if count == 1:
+        return ["ckpt" + SUFFIX]
+    return [f"ckpt-{i:05d}-of-{count:05d}{SUFFIX}" for i in range(count)]
+
+
+def is_array_checkpoint(file_names: Any) -> bool:
+    """True when a checkpoint's files are safetensors shards (this format)."""
+    return any(str(name).endswith(SUFFIX) for name in file_names)
+
+
 def write_arrays(path: str, arrays: dict[str, Any]) -> None:
     """Write name -> host array to ``path`` as safetensors."""
     import numpy as np
@@ -78,6 +105,21 @@ def write_arrays(path: str, arrays: dict[str, Any]) -> None:
 
     # Not np.ascontiguousarray: it turns a 0-d array (a scalar) into shape (1,).
     save_file({k: np.asarray(v, order="C") for k, v in arrays.items()}, path)
+
+
+def write_shards(prefix: str, arrays: dict[str, Any], shard_bytes: int) -> None:
+    """Write ``arrays`` next to ``prefix`` in shards of about ``shard_bytes``."""
+    shards: list[dict[str, Any]] = [{}]
+    size = 0
+    for name, array in arrays.items():
+        if shards[-1] and size + array.nbytes > shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = array
+        size += array.nbytes
+    directory = os.path.dirname(prefix)
+    for file_name, shard in zip(shard_names(len(shards)), shards, strict=True):
+        write_arrays(os.path.join(directory, file_name), shard)
 
 
 def read_arrays(path: str) -> dict[str, Any]:
@@ -102,49 +144,126 @@ def read_arrays(path: str) -> dict[str, Any]:
     return arrays
 
 
+def read_shards(prefix: str) -> dict[str, Any]:
+    """Every tensor of the shards next to ``prefix``, by name."""
+    directory, base = os.path.split(prefix)
+    paths = sorted(glob.glob(os.path.join(glob.escape(directory), base + "*" + SUFFIX)))
+    arrays: dict[str, Any] = {}
+    for path in paths:
+        arrays.update(read_arrays(path))
+    return arrays
+
+
+def _loss_scale_split(obj: Any) -> tuple[Any, list[Any]] | None:
+    """``(inner optimizer, its own variables)`` for a LossScaleOptimizer."""
+    import keras
+
+    wrapper = getattr(keras.optimizers, "LossScaleOptimizer", None)
+    if wrapper is None or not isinstance(obj, wrapper):
+        return None
+    own = [
+        v
+        for v in obj.variables
+        if all(v is not w for w in obj.inner_optimizer.variables)
+    ]
+    return obj.inner_optimizer, own
+
+
+def portable_groups(state: StateLike) -> dict[str, list[Any]]:
+    """Group name -> variables, with loss-scale wrappers split off.
+
+    Raises:
+        NotPortableError: a group is an opaque trackable, not variables.
+    """
+    groups: dict[str, list[Any]] = {}
+    for group, obj in expand(state).items():
+        split = _loss_scale_split(obj)
+        if split is not None:
+            obj, own = split
+            suffix = group.removeprefix("optimizer")
+            groups[LOSS_SCALE + suffix] = own
+        variables = _variable_list(obj)
+        if variables is None:
+            variables = _generator_state(obj)
+        if variables is None:
+            raise NotPortableError(
+                f"state group {group!r} is a {type(obj).__name__}, not variables: "
+                f"a portable checkpoint holds Keras variables only (a model, an "
+                f"optimizer, a metric, a variable, a tf.random.Generator or a "
+                f"list of them)."
+            )
+        groups[group] = variables
+    return groups
+
+
+def _generator_state(obj: Any) -> list[Any] | None:
+    """A ``tf.random.Generator``'s state variable (TensorFlow only)."""
+    import sys
+
+    tf = sys.modules.get("tensorflow")
+    generator = getattr(getattr(tf, "random", None), "Generator", None)
+    if generator is not None and isinstance(obj, generator):
+        return [obj.state]
+    return None
+
+
+def _host_copy(variable: Any) -> Any:
+    """The variable's value in host memory (the device-to-host copy)."""
+    import keras
+    import numpy as np
+
+    if isinstance(variable, keras.Variable):
+        return np.asarray(keras.ops.convert_to_numpy(variable.value))
+    return np.asarray(variable.numpy())  # a tf.Variable: a tf.random.Generator's
+
+
 class ArrayState:
     """The variables of one training setup, written as host arrays.
 
     The same interface as :class:`~colab_resume.checkpoint.state.TrainingState`
     (``structure``, ``outdated``, ``write``, ``sync``, ``restore``,
-    ``nbytes``), without TensorFlow.
+    ``nbytes``), on either backend.
 
     Args:
         state: a ``keras.Model`` (with its optimizer and metrics), a model
             with extras, or a mapping of name -> model, optimizer, variable.
+        shard_bytes: about how many bytes of tensors one file holds.
+        write_behind: leave serialising and writing the files to
+            :meth:`sync` (the upload thread); else :meth:`write` does it.
 
     Raises:
-        TypeError: a group is not made of Keras variables.
+        NotPortableError: a group is not made of variables.
     """
 
-    def __init__(self, state: StateLike) -> None:
+    def __init__(
+        self,
+        state: StateLike,
+        *,
+        shard_bytes: int = 32 << 20,
+        write_behind: bool = False,
+    ) -> None:
         self.source = state
+        self.shard_bytes = shard_bytes
+        self.write_behind = write_behind
+        self._pending: tuple[str, dict[str, Any]] | None = None
         self._setup()
 
     def _setup(self) -> None:
-        self._groups: dict[str, list[Any]] = {}
-        self.structure: dict[str, Any] = {}
-        for group, obj in expand(self.source).items():
-            variables = _variable_list(obj)
-            if variables is None:
-                raise TypeError(
-                    f"state group {group!r} is a {type(obj).__name__}; on the JAX "
-                    f"backend a checkpoint holds Keras variables only (a model, an "
-                    f"optimizer, a metric, a keras.Variable or a list of them)."
-                )
-            self._groups[group] = variables
-            self.structure[group] = [_describe(v) for v in variables]
+        self._groups = portable_groups(self.source)
+        self.structure: dict[str, Any] = {
+            group: [_describe(v) for v in variables]
+            for group, variables in self._groups.items()
+        }
 
     def outdated(self) -> bool:
         """True once the state has variables this object does not list."""
-        groups = expand(self.source)
-        if set(groups) != set(self._groups):
+        try:
+            groups = portable_groups(self.source)
+        except NotPortableError:
             return True
-        for group, obj in groups.items():
-            variables = _variable_list(obj)
-            if variables is None or len(variables) != len(self._groups[group]):
-                return True
-        return False
+        return {g: len(v) for g, v in groups.items()} != {
+            g: len(v) for g, v in self._groups.items()
+        }
 
     @property
     def nbytes(self) -> int:
@@ -158,44 +277,39 @@ class ArrayState:
         return total
 
     def write(self, prefix: str, options: Any = None) -> None:
-        """Copy every variable to host memory and write ``prefix.safetensors``.
-
-        The copy is synchronous (the training thread waits for it); the file
-        is on local disk when this returns.
-        """
-        from keras import ops
-
+        """Copy every variable to host memory; write the shards (or leave
+        that to :meth:`sync` with ``write_behind``)."""
         arrays = {
-            tensor_name(group, i): ops.convert_to_numpy(v.value)
+            tensor_name(group, i): _host_copy(v)
             for group, variables in self._groups.items()
             for i, v in enumerate(variables)
         }
-        write_arrays(prefix + SUFFIX, arrays)
+        self._pending = (prefix, arrays)
+        if not self.write_behind:
+            self.sync()
 
     def sync(self) -> None:
-        """Nothing to wait for: :meth:`write` is synchronous."""
+        """Write the copied arrays' shards to local disk, if not done yet."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            write_shards(pending[0], pending[1], self.shard_bytes)
 
     def restore(
         self, prefix: str, saved: dict[str, Any], options: Any = None
     ) -> list[str]:
-        """Read ``prefix.safetensors`` into the live variables, by position.
+        """Read the shards next to ``prefix`` into the live variables, by position.
 
         Returns:
             Optional groups skipped because they did not match.
 
         Raises:
-            StructureMismatchError: a required group differs, or the file
-                lacks a tensor the manifest lists.
+            StructureMismatchError: a required group differs, or the files
+                lack a tensor the manifest lists.
         """
+        if build_pending_optimizers(self.source, self.structure, saved):
+            self._setup()
         skipped = check_fits(self.structure, saved)
-        if not os.path.exists(prefix + SUFFIX):
-            raise StructureMismatchError(
-                "This checkpoint was written by the TensorFlow backend (no "
-                f"{os.path.basename(prefix)}{SUFFIX}); the JAX backend cannot read "
-                "it yet. Continue this run with KERAS_BACKEND=tensorflow, or start "
-                "a new run_dir."
-            )
-        arrays = read_arrays(prefix + SUFFIX)
+        arrays = read_shards(prefix)
         for group, variables in self._groups.items():
             if group in skipped:
                 continue
@@ -204,15 +318,15 @@ class ArrayState:
                 value = arrays.get(name)
                 if value is None:
                     raise StructureMismatchError(
-                        f"{os.path.basename(prefix)}{SUFFIX} has no tensor {name}, "
-                        f"which its manifest lists: the checkpoint is damaged."
+                        f"the checkpoint has no tensor {name}, which its manifest "
+                        f"lists: it is damaged."
                     )
-                if tuple(value.shape) != tuple(variable.shape) or str(
-                    value.dtype
-                ) != str(variable.dtype):
+                if tuple(value.shape) != tuple(variable.shape) or (
+                    value.dtype != _numpy_dtype(str(variable.dtype))
+                ):
                     raise StructureMismatchError(
                         f"tensor {name} is {value.dtype}{list(value.shape)}, the "
-                        f"variable {variable.path} is "
+                        f"variable {getattr(variable, 'path', variable.name)} is "
                         f"{variable.dtype}{list(variable.shape)}."
                     )
                 variable.assign(value)

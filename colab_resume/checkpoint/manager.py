@@ -32,12 +32,11 @@ from collections.abc import Callable
 from typing import Any
 
 from colab_resume import backend
-from colab_resume.checkpoint import retention, transfer
-from colab_resume.checkpoint.arrays import ArrayState
+from colab_resume.checkpoint import formats, retention, transfer
 from colab_resume.checkpoint.manifest import FileEntry, Manifest, crc32c_file
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_bound
-from colab_resume.checkpoint.state import StateLike, TrainingState
+from colab_resume.checkpoint.state import StateLike
 from colab_resume.checkpoint.uploader import Uploader
 from colab_resume.errors import FencedError
 from colab_resume.events import EventLog
@@ -70,6 +69,9 @@ class CheckpointConfig:
             uploads run in parallel and report progress.
         workers: parallel transfers.
         progress_seconds: transfers shorter than this report no progress.
+        format: ``"portable"`` (host arrays both backends read; TensorFlow's
+            own format only where a state group is an opaque trackable) or
+            ``"tensorflow"`` (``tf.train.Checkpoint`` files, TensorFlow only).
     """
 
     keep: int = 3
@@ -80,6 +82,7 @@ class CheckpointConfig:
     shard_bytes: int = 32 << 20
     workers: int = 8
     progress_seconds: float = 2.0
+    format: str = formats.PORTABLE
 
     def __post_init__(self) -> None:
         def fail(name: str, need: str) -> None:
@@ -101,6 +104,8 @@ class CheckpointConfig:
             fail("io_device", "a device name such as '/job:localhost' or None")
         if not _is_int(self.shard_bytes) or self.shard_bytes < (1 << 20):
             fail("shard_bytes", "an int >= 1 MiB")
+        if self.format not in formats.FORMATS:
+            fail("format", " or ".join(repr(f) for f in formats.FORMATS))
         if not _is_int(self.workers) or self.workers < 1:
             fail("workers", "an int >= 1")
         if (
@@ -149,7 +154,8 @@ class CheckpointManager:
         self._events = events
         self._clock = clock
         self._uploader = Uploader(self._report_failure)
-        self._state: TrainingState | ArrayState | None = None
+        self._state: formats.StateFiles | None = None
+        self._format_warned: str | None = None
         self._owned_staging = self.config.staging_dir is None
         self._staging_root = self.config.staging_dir or tempfile.mkdtemp(
             prefix="colab-resume-staging-"
@@ -256,7 +262,7 @@ class CheckpointManager:
         )
         self.check()
 
-    def _training_state(self, state: StateLike) -> TrainingState | ArrayState:
+    def _training_state(self, state: StateLike) -> formats.StateFiles:
         # Reuse across saves: rebuilding the tf.train.Checkpoint every time
         # would also restart TF's async writer thread. Captured again only
         # when the state grew variables (optimizer slots after a first step).
@@ -265,10 +271,15 @@ class CheckpointManager:
             or self._state.source is not state
             or self._state.outdated()
         ):
-            # JAX: host arrays in a safetensors file (checkpoint.arrays).
-            self._state = (
-                ArrayState(state) if backend.is_jax() else TrainingState(state)
+            self._state, why = formats.for_saving(
+                state,
+                format=self.config.format,
+                shard_bytes=self.config.shard_bytes,
+                write_behind=self.config.async_write,
             )
+            if why is not None and why != self._format_warned:
+                self._format_warned = why
+                self._events.emit("checkpoint.format", why, level="warning")
         return self._state
 
     def _tf_options(self) -> Any:
@@ -288,7 +299,7 @@ class CheckpointManager:
 
     def _upload_and_commit(
         self,
-        training_state: TrainingState | ArrayState,
+        training_state: formats.StateFiles,
         name: CheckpointName,
         staging: str,
         epoch: int,
@@ -418,7 +429,9 @@ class CheckpointManager:
             )
 
         def read(prefix: str, manifest: Manifest) -> tuple[str, ...]:
-            return tuple(training_state.restore(prefix, manifest.structure, options))
+            files = [f.name for f in manifest.files]
+            reader = formats.for_reading(state, training_state, files)
+            return tuple(reader.restore(prefix, manifest.structure, options))
 
         info = restore_latest(
             self.storage,

@@ -28,7 +28,11 @@ log = logging.getLogger(__name__)
 # Groups whose absence or mismatch is tolerated on restore: Keras builds
 # compile metrics lazily, so a fresh model may not have them yet, and they
 # only affect the running averages shown mid-epoch, not training.
+# The loss-scale variables of a LossScaleOptimizer (portable checkpoints
+# only) exist under mixed_float16 alone: a run that changes its precision
+# policy keeps its optimizer state and starts a fresh loss scale.
 OPTIONAL_GROUPS = frozenset({"metrics"})
+OPTIONAL_PREFIXES = ("loss_scale",)
 
 StateLike = Any  # a keras.Model, ModelAndExtras, or a mapping of name -> trackable
 
@@ -309,43 +313,6 @@ class TrainingState:
                 return True
         return False
 
-    def _build_pending_optimizers(self, saved: dict[str, Any]) -> None:
-        """Build slot-less attribute optimizers the way the checkpoint's were.
-
-        A GAN's ``d_optimizer`` is built on its first step, on variables only
-        its ``train_step`` knows. So every layer's trainable variables are
-        tried on a throwaway copy, and the real optimizer is built on the
-        first candidate whose variables match the checkpoint's shapes.
-        """
-        import keras
-
-        changed = False
-        for group, obj in list(self._groups.items()):
-            if not isinstance(obj, list) or not group.startswith("optimizer_"):
-                continue
-            optimizer = expand(self.source).get(group)
-            theirs = saved.get(group)
-            if (
-                not isinstance(optimizer, keras.optimizers.Optimizer)
-                or getattr(optimizer, "built", True)
-                or not isinstance(theirs, list)
-                or len(theirs) <= len(obj)
-            ):
-                continue
-            model = _model_of(self.source)
-            for candidate in _candidate_variable_lists(model):
-                with _strategy_of(model).scope():
-                    probe = keras.optimizers.deserialize(
-                        keras.optimizers.serialize(optimizer)
-                    )
-                    probe.build(candidate)
-                if describe_difference(group, theirs, _descriptions(probe)) is None:
-                    _build_optimizer(optimizer, [model], candidate)
-                    changed = True
-                    break
-        if changed:
-            self._setup()
-
     @property
     def nbytes(self) -> int:
         """Approximate bytes of the variables (opaque trackables excluded)."""
@@ -382,7 +349,8 @@ class TrainingState:
         """
         import tensorflow as tf
 
-        self._build_pending_optimizers(saved)
+        if build_pending_optimizers(self.source, self.structure, saved):
+            self._setup()
         skipped = check_fits(self.structure, saved)
         if skipped:
             children = {k: v for k, v in self._children.items() if k not in skipped}
@@ -393,6 +361,53 @@ class TrainingState:
         status.expect_partial()
         status.assert_existing_objects_matched()
         return skipped
+
+
+def build_pending_optimizers(
+    source: StateLike, structure: dict[str, Any], saved: dict[str, Any]
+) -> bool:
+    """Build slot-less attribute optimizers the way the checkpoint's were.
+
+    A GAN's ``d_optimizer`` is built on its first step, on variables only
+    its ``train_step`` knows. So every layer's trainable variables are
+    tried on a throwaway copy, and the real optimizer is built on the
+    first candidate whose variables match the checkpoint's shapes.
+
+    Args:
+        source: the live state.
+        structure: its structure now (group -> descriptions).
+        saved: the checkpoint's structure.
+
+    Returns:
+        Whether an optimizer was built (the caller lists its state again).
+    """
+    import keras
+
+    changed = False
+    for group, mine in structure.items():
+        if not isinstance(mine, list) or not group.startswith("optimizer_"):
+            continue
+        optimizer = expand(source).get(group)
+        theirs = saved.get(group)
+        if (
+            not isinstance(optimizer, keras.optimizers.Optimizer)
+            or getattr(optimizer, "built", True)
+            or not isinstance(theirs, list)
+            or len(theirs) <= len(mine)
+        ):
+            continue
+        model = _model_of(source)
+        for candidate in _candidate_variable_lists(model):
+            with _strategy_of(model).scope():
+                probe = keras.optimizers.deserialize(
+                    keras.optimizers.serialize(optimizer)
+                )
+                probe.build(candidate)
+            if describe_difference(group, theirs, _descriptions(probe)) is None:
+                _build_optimizer(optimizer, [model], candidate)
+                changed = True
+                break
+    return changed
 
 
 def check_fits(live: dict[str, Any], saved: dict[str, Any]) -> list[str]:
@@ -410,7 +425,7 @@ def check_fits(live: dict[str, Any], saved: dict[str, Any]) -> list[str]:
         diff = describe_difference(group, saved.get(group), live.get(group))
         if diff is None:
             continue
-        if group in OPTIONAL_GROUPS:
+        if group in OPTIONAL_GROUPS or group.startswith(OPTIONAL_PREFIXES):
             skipped.append(group)
             log.warning("checkpoint: not restoring %s: %s", group, diff)
         else:

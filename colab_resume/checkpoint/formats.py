@@ -1,0 +1,94 @@
+"""Which file format a checkpoint is written in, and which reader reads one.
+
+Two formats exist. The *portable* one (:mod:`colab_resume.checkpoint.arrays`,
+safetensors shards of host arrays) is written by both backends and read by
+both: a run moves between TensorFlow and JAX, replica counts and precision
+policies. TensorFlow's own ``tf.train.Checkpoint`` format
+(:class:`~colab_resume.checkpoint.state.TrainingState`) is written only
+where a state group is an opaque TensorFlow trackable that is not made of
+variables, or where ``checkpoint_format="tensorflow"`` asks for it; the
+TensorFlow backend keeps reading checkpoints written in it by earlier
+versions. Which format a checkpoint is in is told by its files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from colab_resume import backend
+from colab_resume.checkpoint.arrays import (
+    ArrayState,
+    NotPortableError,
+    is_array_checkpoint,
+)
+from colab_resume.checkpoint.errors import StructureMismatchError
+from colab_resume.checkpoint.state import StateLike, TrainingState
+
+PORTABLE = "portable"
+TENSORFLOW = "tensorflow"
+FORMATS = (PORTABLE, TENSORFLOW)
+
+StateFiles = TrainingState | ArrayState
+
+
+def for_saving(
+    state: StateLike, *, format: str, shard_bytes: int, write_behind: bool
+) -> tuple[StateFiles, str | None]:
+    """The writer of ``state``'s checkpoints.
+
+    Returns:
+        The writer, and why it is not the portable one (None when it is).
+
+    Raises:
+        NotPortableError: on JAX, a group is not made of variables.
+    """
+    portable = backend.is_jax() or format == PORTABLE
+    if portable:
+        try:
+            return ArrayState(
+                state, shard_bytes=shard_bytes, write_behind=write_behind
+            ), None
+        except NotPortableError as exc:
+            if backend.is_jax():
+                raise
+            why = (
+                f"{exc} This run's checkpoints use TensorFlow's own format: "
+                f"only the TensorFlow backend can continue it."
+            )
+            return TrainingState(state), why
+    return TrainingState(state), None
+
+
+def for_reading(
+    state: StateLike, writer: StateFiles | None, file_names: list[str]
+) -> StateFiles:
+    """The reader of a checkpoint made of ``file_names``, reusing ``writer``.
+
+    Raises:
+        StructureMismatchError: the checkpoint's format cannot be read into
+            this state on this backend.
+    """
+    if is_array_checkpoint(file_names):
+        if isinstance(writer, ArrayState):
+            return writer
+        try:
+            return ArrayState(state)
+        except NotPortableError as exc:
+            raise StructureMismatchError(
+                f"The checkpoint holds host arrays, but {exc}"
+            ) from None
+    if backend.is_jax():
+        raise StructureMismatchError(
+            "This checkpoint is in TensorFlow's own format (written by a "
+            "TensorFlow session with an opaque trackable in its state, by "
+            "checkpoint_format='tensorflow', or by an earlier version); the "
+            "JAX backend reads only portable checkpoints. Continue this run "
+            "with KERAS_BACKEND=tensorflow, or start a new run_dir."
+        )
+    if isinstance(writer, TrainingState):
+        return writer
+    return TrainingState(state)
+
+
+def describe_format(writer: Any) -> str:
+    return PORTABLE if isinstance(writer, ArrayState) else TENSORFLOW
