@@ -237,18 +237,50 @@ def accepts_skip(make_dataset: Callable[..., Any]) -> bool:
 
 def fingerprint(dataset: Any) -> str:
     """A short hash of the dataset's first batch (all its tensors, in order)."""
-    if backend.is_jax():
-        return _hash_batch(next(iter(dataset), None))
-    import tensorflow as tf
+    return first_batch_facts(dataset)[0]
 
-    digest = hashlib.sha256()
-    for batch in dataset.take(1):
-        for tensor in tf.nest.flatten(batch):
-            value = tensor.numpy()
-            digest.update(str(value.dtype).encode())
-            digest.update(str(value.shape).encode())
-            digest.update(value.tobytes())
-    return digest.hexdigest()[:16]
+
+def first_batch_facts(dataset: Any) -> tuple[str, int | None]:
+    """The first batch's fingerprint and size (its leading dimension)."""
+    if backend.is_jax():
+        batch = next(iter(dataset), None)
+    else:
+        batch = next(iter(dataset.take(1)), None)
+    return _hash_batch(batch), _batch_size(batch)
+
+
+def _batch_size(batch: Any) -> int | None:
+    import keras
+
+    arrays = keras.tree.flatten(batch) if batch is not None else []
+    shape: Any = getattr(arrays[0], "shape", ()) if arrays else ()
+    return int(shape[0]) if len(shape) else None
+
+
+def check_global_batch_unchanged(
+    epoch: int, recorded: int | None, current: int | None
+) -> None:
+    """Raise if the global batch differs from the one trained before the restart.
+
+    A ``make_dataset`` that batches per replica (``64 * replicas``) changes
+    its global batch with the replica count. The step count would then
+    point into other data, and the fingerprint check would call the data
+    non-deterministic; this says what really changed.
+
+    Raises:
+        DatasetError: it differs.
+    """
+    if recorded is None or current is None or recorded == current:
+        return
+    raise DatasetError(
+        f"make_dataset({epoch}) now yields batches of {current} examples; the "
+        f"checkpoint was trained on batches of {recorded}. The run resumes by "
+        f"step, so another global batch would train on other data than the "
+        f"steps already done. Keep the global batch fixed when the replica "
+        f"count changes (batch by {recorded}, not by a per-replica size times "
+        f"the replica count; Keras splits each global batch over the replicas), "
+        f"or start a new run_dir."
+    )
 
 
 def check_fingerprint(epoch: int, recorded: str | None, current: str) -> None:
@@ -341,35 +373,48 @@ class DataFingerprints:
         self.reset = reset
         self._events = events
         self.seen: dict[str, str] = {}
+        self.global_batch: int | None = None  # of the epochs recorded here
+        self.restored_batch: int | None = None  # of the checkpoint restored
 
-    def restored(self, saved: Any, step: int) -> None:
-        """Take the fingerprints a restored checkpoint carried."""
+    def restored(self, extras: dict[str, Any], step: int) -> None:
+        """Take the fingerprints (and global batch) a restored checkpoint carried."""
         # A recovery may restore the same old checkpoint again, so the reset
         # holds for every restore; it is announced once.
         events, self._events = self._events, None
         self.seen = restored_fingerprints(
-            saved, reset=self.reset, events=events, step=step
+            extras.get("fingerprints"), reset=self.reset, events=events, step=step
         )
+        saved = extras.get("global_batch")
+        self.restored_batch = saved if isinstance(saved, int) else None
+        self.global_batch = self.restored_batch
+
+    def extras(self) -> dict[str, Any]:
+        """What a checkpoint carries for :meth:`restored`."""
+        return {"fingerprints": self.seen, "global_batch": self.global_batch}
 
     def check(self, start_epoch: int) -> None:
         """Raise if the data differs from what was trained before the restart.
 
         Raises:
-            NonDeterministicDatasetError: it does.
+            DatasetError: the global batch changed (e.g. with the replica count).
+            NonDeterministicDatasetError: the data did.
         """
         earlier = [int(e) for e in self.seen if int(e) <= start_epoch]
         if earlier:
             epoch = max(earlier)
-            check_fingerprint(epoch, self.seen[str(epoch)], self._of(epoch))
+            current, size = self._of(epoch)
+            check_global_batch_unchanged(epoch, self.restored_batch, size)
+            check_fingerprint(epoch, self.seen[str(epoch)], current)
 
     def record(self, epoch: int) -> None:
         """Remember ``epoch``'s fingerprint (once), forgetting old epochs."""
         if str(epoch) not in self.seen:
-            self.seen[str(epoch)] = self._of(epoch)
+            self.seen[str(epoch)], size = self._of(epoch)
+            self.global_batch = size if size is not None else self.global_batch
             for old in sorted(self.seen, key=int)[: -self.KEEP]:
                 del self.seen[old]
 
-    def _of(self, epoch: int) -> str:
-        return fingerprint(
+    def _of(self, epoch: int) -> tuple[str, int | None]:
+        return first_batch_facts(
             epoch_dataset(self.make_dataset, epoch, skip=0, steps_per_epoch=1)
         )

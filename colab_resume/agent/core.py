@@ -382,6 +382,7 @@ class Agent:
         self._light = driver
         if info is None:
             return StartPoint(step=0, initial_epoch=0, skip=0)
+        self._loop.announce_runtime(info)
         return driver.start_point(info.step, info.epoch, info.extras)
 
     def callback(self) -> Any:

@@ -100,14 +100,14 @@ class CustomLoop:
     def restored(self, info: RestoredInfo | None) -> int:
         if info is None:
             return 0
-        self.fingerprints.restored(info.extras.get("fingerprints"), info.step)
+        self.fingerprints.restored(info.extras, info.step)
         return info.step
 
     def metrics(self) -> dict[str, Any]:
         return _metrics(self.last_outputs)
 
     def snapshot(self) -> Snapshot:
-        extras = {"fingerprints": self.fingerprints.seen}
+        extras = self.fingerprints.extras()
         return Snapshot(self.state, self.epoch, self.metrics(), extras)
 
     def train(self, start_step: int, duties: StepDuties, strategy: Any) -> None:

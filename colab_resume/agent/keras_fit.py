@@ -164,7 +164,7 @@ class KerasFit:
             return 0
         saved = info.extras.get("history") or {}
         self.history = _new_history(saved.get("epoch"), saved.get("history"))
-        self.fingerprints.restored(info.extras.get("fingerprints"), info.step)
+        self.fingerprints.restored(info.extras, info.step)
         self.last_logs = dict(info.metrics or {})
         self.resumed_from = info.describe()
         self.callback_states = info.extras.get("callbacks")
@@ -185,7 +185,7 @@ class KerasFit:
             self._slots.store()
         extras = {
             "history": history,
-            "fingerprints": self.fingerprints.seen,
+            **self.fingerprints.extras(),
             "callbacks": callback_state.capture(self.user_callbacks),
             "metric_state": metric_state.capture(self.model),
         }

@@ -30,12 +30,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from colab_resume import rundir
+from colab_resume.agent import runtime_facts
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.driver import Driver
 from colab_resume.agent.options import AgentOptions
 from colab_resume.agent.progress import ProgressTracker
 from colab_resume.agent.steps import StepDuties, StepHook
-from colab_resume.checkpoint import CheckpointManager, SaveTriggers, TriggerOptions
+from colab_resume.checkpoint import (
+    CheckpointManager,
+    RestoredInfo,
+    SaveTriggers,
+    TriggerOptions,
+)
 from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, SessionOptions
@@ -171,6 +177,7 @@ class RunLoop:
                 start = driver.restored(info)
                 if info is not None:
                     self.events.emit("run.resumed_at", info.describe(), step=start)
+                    self.announce_runtime(info)
                 self.duties = self.make_duties(driver, session, manager, start)
                 session.update(state="training", step=start)
                 if driver.total_steps is None or start < driver.total_steps:
@@ -187,6 +194,16 @@ class RunLoop:
                     )
                     raise
                 self._recover(exc, session, manager)
+
+    def announce_runtime(self, info: RestoredInfo) -> None:
+        """Say what changed if another runtime wrote the restored checkpoint."""
+        runtime_facts.announce(
+            self.events,
+            info.extras.get(runtime_facts.KEY),
+            runtime_facts.facts(self.connection),
+            step=info.step,
+            skipped_groups=info.skipped_groups,
+        )
 
     def _recover(
         self, exc: BaseException, session: RunSession, manager: CheckpointManager
@@ -242,6 +259,7 @@ class RunLoop:
             metrics=driver.metrics,
             tick=self.progress.tick,
             hooks=self.step_hooks,
+            runtime=runtime_facts.facts(self.connection),
         )
         duties.step = start
         return duties

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume.agent import runtime_facts
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.driver import Snapshot
 from colab_resume.checkpoint import CheckpointManager, SaveTriggers
@@ -37,6 +38,8 @@ class StepDuties:
         metrics: the latest metrics, cheaply (default: the snapshot's).
         tick: called after each step for the panel (rate-limits itself).
         hooks: called with the step after its duties (``Agent.on_step``).
+        runtime: what each checkpoint records of this session's runtime
+            (:mod:`colab_resume.agent.runtime_facts`).
     """
 
     def __init__(
@@ -51,6 +54,7 @@ class StepDuties:
         metrics: Callable[[], dict[str, Any]] | None = None,
         tick: Callable[[], None] | None = None,
         hooks: list[StepHook] | None = None,
+        runtime: dict[str, Any] | None = None,
     ) -> None:
         self.session = session
         self.manager = manager
@@ -62,6 +66,7 @@ class StepDuties:
         self.metrics = metrics or (lambda: snapshot().metrics)
         self.tick = tick or (lambda: None)
         self.hooks = hooks if hooks is not None else []
+        self.runtime = runtime
         self.step = 0
         self.consistent = True  # False while a step is half-applied
 
@@ -102,6 +107,8 @@ class StepDuties:
         if self.manager.last_saved is not None and self.manager.last_saved.step == step:
             return
         state, epoch, metrics, extras = self.snapshot()
+        if self.runtime is not None:
+            extras = {**extras, runtime_facts.KEY: self.runtime}
         self.manager.save(state, step=step, epoch=epoch, metrics=metrics, extras=extras)
         self.triggers.saved(step, reason)
         log.info("[step %d] checkpoint saved (%s)", step, reason)

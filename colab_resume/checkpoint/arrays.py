@@ -6,7 +6,7 @@ groups :func:`~colab_resume.checkpoint.state.expand` names (model,
 optimizer, metrics, seed generators, extras) is copied to a host NumPy array
 and written as tensor ``<group>/<position>`` (``model/000003``). The
 tensors are split into shards of about ``shard_bytes``: ``ckpt.safetensors``
-when one shard holds them all, else ``ckpt-00000-of-00003.safetensors``...
+when one shard holds them all, else ``ckpt.00000-of-00003.safetensors``...
 The manifest's structure (name, shape, dtype per position) is the same on
 both backends, and the shards are uploaded, CRC32C-listed and committed by
 the same manager as any checkpoint file.
@@ -35,6 +35,7 @@ import glob
 import os
 from typing import Any
 
+from colab_resume import backend
 from colab_resume.checkpoint.errors import StructureMismatchError
 from colab_resume.checkpoint.state import (
     StateLike,
@@ -86,11 +87,11 @@ def tensor_name(group: str, index: int) -> str:
     return f"{group}/{index:06d}"
 
 
-def shard_names(count: int) -> list[str]:
-    """The file names (without directory) of ``count`` shards."""
+def shard_names(base: str, count: int) -> list[str]:
+    """The file names (without directory) of ``count`` shards of ``base``."""
     if count == 1:
-        return ["ckpt" + SUFFIX]
-    return [f"ckpt-{i:05d}-of-{count:05d}{SUFFIX}" for i in range(count)]
+        return [base + SUFFIX]
+    return [f"{base}.{i:05d}-of-{count:05d}{SUFFIX}" for i in range(count)]
 
 
 def is_array_checkpoint(file_names: Any) -> bool:
@@ -117,8 +118,8 @@ def write_shards(prefix: str, arrays: dict[str, Any], shard_bytes: int) -> None:
             size = 0
         shards[-1][name] = array
         size += array.nbytes
-    directory = os.path.dirname(prefix)
-    for file_name, shard in zip(shard_names(len(shards)), shards, strict=True):
+    directory, base = os.path.split(prefix)
+    for file_name, shard in zip(shard_names(base, len(shards)), shards, strict=True):
         write_arrays(os.path.join(directory, file_name), shard)
 
 
@@ -147,7 +148,8 @@ def read_arrays(path: str) -> dict[str, Any]:
 def read_shards(prefix: str) -> dict[str, Any]:
     """Every tensor of the shards next to ``prefix``, by name."""
     directory, base = os.path.split(prefix)
-    paths = sorted(glob.glob(os.path.join(glob.escape(directory), base + "*" + SUFFIX)))
+    pattern = os.path.join(glob.escape(directory), glob.escape(base) + "*" + SUFFIX)
+    paths = sorted(glob.glob(pattern))
     arrays: dict[str, Any] = {}
     for path in paths:
         arrays.update(read_arrays(path))
@@ -212,9 +214,13 @@ def _host_copy(variable: Any) -> Any:
     import keras
     import numpy as np
 
-    if isinstance(variable, keras.Variable):
+    if backend.is_jax():
         return np.asarray(keras.ops.convert_to_numpy(variable.value))
-    return np.asarray(variable.numpy())  # a tf.Variable: a tf.random.Generator's
+    # TensorFlow: the tf.Variable behind a Keras variable (a MirroredVariable
+    # under MirroredStrategy, which NumPy cannot convert), or a bare one (a
+    # tf.random.Generator's state); read_value() gives one replica's value.
+    inner = variable.value if isinstance(variable, keras.Variable) else variable
+    return np.asarray(inner.read_value().numpy())
 
 
 class ArrayState:

@@ -126,11 +126,15 @@ class Manifest:
         # TensorFlow: an absolute path or '..' would read any checkpoint on
         # the local disk instead of the files just verified.
         _check_plain_name("Manifest.prefix", self.prefix)
-        # TensorFlow writes <prefix>.index; the JAX backend <prefix>.safetensors.
-        if not {f"{self.prefix}.index", f"{self.prefix}.safetensors"} & set(names):
+        # TensorFlow's format has <prefix>.index; the portable one safetensors
+        # shards, <prefix>.safetensors or <prefix>.<i>-of-<n>.safetensors.
+        if f"{self.prefix}.index" not in names and not any(
+            n.startswith(f"{self.prefix}.") and n.endswith(".safetensors")
+            for n in names
+        ):
             raise ValueError(
                 f"Manifest.prefix {self.prefix!r} names no listed file: neither "
-                f"{self.prefix}.index nor {self.prefix}.safetensors is among "
+                f"{self.prefix}.index nor {self.prefix}.*safetensors is among "
                 f"{sorted(names)}."
             )
         strays = [n for n in names if not n.startswith(f"{self.prefix}.")]
