@@ -58,8 +58,9 @@ $(JAX_VENV)/.installed: setup.py pyproject.toml
 	$(JAX_VENV)/bin/pip install --quiet -e .
 	touch $@
 
-jax-test: $(JAX_VENV)/.installed
-	$(JAX_VENV)/bin/python -m pytest -q --durations=5 tests/on_jax
+# The cross-backend tests run the TensorFlow side in the main virtualenv.
+jax-test: $(STAMP) $(JAX_VENV)/.installed
+	COLAB_RESUME_TF_PYTHON=$(abspath $(PY)) $(JAX_VENV)/bin/python -m pytest -q --durations=5 tests/on_jax
 
 # The panel in a real browser: JupyterLab (ipywidgets 8) in headless Debian
 # Chromium, a real click on Stop while fit runs. Screenshots land in build/.

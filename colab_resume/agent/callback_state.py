@@ -31,6 +31,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from colab_resume import backend
 from colab_resume.errors import ColabResumeError
 
 GET, SET = "get_resume_state", "set_resume_state"
@@ -311,7 +312,6 @@ class ArraySlots:
 
     def __init__(self, callbacks: Sequence[Any], model: Any) -> None:
         import keras
-        import tensorflow as tf
 
         self.owners: list[Any] = [
             cb
@@ -322,14 +322,8 @@ class ArraySlots:
         if not self.owners:
             return
         shapes = [(tuple(w.shape), str(w.dtype)) for w in model.weights]
-        with tf.device("/cpu:0"), tf.init_scope():
-            for _ in self.owners:
-                self.variables.append(
-                    [
-                        tf.Variable(tf.zeros(shape, dtype), trainable=False)
-                        for shape, dtype in shapes
-                    ]
-                )
+        for _ in self.owners:
+            self.variables.append([_host_variable(*spec) for spec in shapes])
 
     @property
     def flat(self) -> list[Any]:
@@ -347,4 +341,26 @@ class ArraySlots:
         for cb, slots in zip(self.owners, self.variables, strict=True):
             entry = states[list(callbacks).index(cb)] if states else None
             if isinstance(entry, dict) and entry["state"].get("has_best_weights"):
-                cb.best_weights = [v.numpy() for v in slots]
+                cb.best_weights = [_to_numpy(v) for v in slots]
+
+
+def _host_variable(shape: tuple[int, ...], dtype: str) -> Any:
+    """A zero variable outside any strategy (TF: on the CPU), for host arrays."""
+    if backend.is_jax():
+        import keras
+        import numpy as np
+
+        # Laid out by the global distribution like every variable; fine.
+        return keras.Variable(np.zeros(shape, dtype), trainable=False)
+    import tensorflow as tf
+
+    with tf.device("/cpu:0"), tf.init_scope():
+        return tf.Variable(tf.zeros(shape, dtype), trainable=False)
+
+
+def _to_numpy(variable: Any) -> Any:
+    import keras
+
+    if isinstance(variable, keras.Variable):
+        return keras.ops.convert_to_numpy(variable.value)
+    return variable.numpy()

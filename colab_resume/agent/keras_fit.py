@@ -148,10 +148,7 @@ class KerasFit:
     def state(self) -> Any:
         """The model, plus the callbacks' arrays and ``extra_state``, if any."""
         if self._state is None:
-            # JAX: callbacks' arrays (EarlyStopping's best weights) are not
-            # checkpointed yet; ArraySlots holds them in tf.Variables.
-            if not backend.is_jax():
-                self._slots = callback_state.ArraySlots(self.user_callbacks, self.model)
+            self._slots = callback_state.ArraySlots(self.user_callbacks, self.model)
             extras = {f"extra_{k}": v for k, v in self.extra_state.items()}
             if self._slots is not None and self._slots.flat:
                 extras["callbacks"] = self._slots.flat

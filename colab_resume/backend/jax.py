@@ -132,3 +132,16 @@ def replicas() -> int:
     if distribution is None:
         return 1
     return int(distribution.device_mesh.devices.size)
+
+
+def forget_compiled() -> None:
+    """Drop JAX's caches of traced and compiled programs (after a device loss).
+
+    Programs compiled for a halted TPU must not be reused; Keras retraces
+    its train step on the rebuilt model anyway.
+    """
+    import jax
+
+    clear = getattr(jax, "clear_caches", None)
+    if callable(clear):
+        clear()

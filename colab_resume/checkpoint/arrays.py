@@ -209,6 +209,37 @@ def _generator_state(obj: Any) -> list[Any] | None:
     return None
 
 
+# Integer widths the backends choose differently: JAX without x64 keeps an
+# optimizer's iteration count in int32, TensorFlow in int64.
+_INTEGER_KINDS = {"int32": "int", "int64": "int", "uint32": "uint", "uint64": "uint"}
+
+
+def _loose(structure: dict[str, Any]) -> dict[str, Any]:
+    """``structure`` with 32- and 64-bit integers alike (compared as such)."""
+    return {
+        group: [[n, s, _INTEGER_KINDS.get(d, d)] for n, s, d in variables]
+        if isinstance(variables, list)
+        else variables
+        for group, variables in structure.items()
+    }
+
+
+def _fits_integer(value: Any, target: Any) -> bool:
+    """True when integer ``value`` converts to ``target`` without overflow."""
+    import numpy as np
+
+    if (
+        value.dtype.kind not in "iu"
+        or target.kind not in "iu"
+        or value.dtype.kind != target.kind
+    ):
+        return False
+    if value.size == 0:
+        return True
+    info = np.iinfo(target)
+    return bool(value.min() >= info.min and value.max() <= info.max)
+
+
 def _host_copy(variable: Any) -> Any:
     """The variable's value in host memory (the device-to-host copy)."""
     import keras
@@ -314,7 +345,7 @@ class ArrayState:
         """
         if build_pending_optimizers(self.source, self.structure, saved):
             self._setup()
-        skipped = check_fits(self.structure, saved)
+        skipped = check_fits(_loose(self.structure), _loose(saved))
         arrays = read_shards(prefix)
         for group, variables in self._groups.items():
             if group in skipped:
@@ -327,13 +358,14 @@ class ArrayState:
                         f"the checkpoint has no tensor {name}, which its manifest "
                         f"lists: it is damaged."
                     )
+                target = _numpy_dtype(str(variable.dtype))
                 if tuple(value.shape) != tuple(variable.shape) or (
-                    value.dtype != _numpy_dtype(str(variable.dtype))
+                    value.dtype != target and not _fits_integer(value, target)
                 ):
                     raise StructureMismatchError(
                         f"tensor {name} is {value.dtype}{list(value.shape)}, the "
                         f"variable {getattr(variable, 'path', variable.name)} is "
                         f"{variable.dtype}{list(variable.shape)}."
                     )
-                variable.assign(value)
+                variable.assign(value.astype(target, copy=False))
         return skipped

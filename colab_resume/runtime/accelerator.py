@@ -219,10 +219,17 @@ class Accelerator:
         strategy = local.cpu_strategy(self._tensorflow(), self.options.cpu_replicas)
         return self._finish(strategy, kind="cpu", chip="cpu", fallback=fallback)
 
-    def _connect_jax(self) -> Any:
-        """Keras on JAX: a ``DataParallel`` distribution, no TensorFlow."""
+    def _connect_jax(self, *, fresh: bool = False) -> Any:
+        """Keras on JAX: a ``DataParallel`` distribution, no TensorFlow.
+
+        Args:
+            fresh: after a loss: drop JAX's compiled programs for the old
+                devices first.
+        """
         from colab_resume.backend import jax as jax_backend
 
+        if fresh:
+            jax_backend.forget_compiled()
         made = jax_backend.connect(self.options.prefer, self.options.cpu_replicas)
         return self._finish(
             made.distribution, kind=made.kind, chip=made.chip, replicas=made.replicas
@@ -367,18 +374,13 @@ class Accelerator:
         Raises:
             AcceleratorError: not connected yet, or connecting again failed.
         """
-        if self._connection is None or self._info is None:
+        jax = backend.is_jax()  # JAX connects without detecting (no _info)
+        if self._connection is None or (self._info is None and not jax):
             raise AcceleratorError(
                 "reconnect() before connect(): call connect() first; reconnect "
                 "rebuilds the accelerator connect() chose."
             )
         previous = self._connection
-        if backend.is_jax():
-            raise AcceleratorError(
-                "reconnecting after an accelerator loss is not supported on the "
-                "JAX backend yet: run the same code again to resume from the "
-                "last checkpoint."
-            )
         self._emit(
             "runtime.reconnect",
             f"reconnecting {previous.label} after an accelerator loss",
@@ -389,6 +391,9 @@ class Accelerator:
             tpu.shutdown_tpu(self._tpu_api, self._resolver, self._events)
         self.platform.clear_session()
         self._strategy = None
+        if jax:
+            return self._connect_jax(fresh=True)
+        assert self._info is not None
         if previous.kind == "tpu":
             return self._connect_tpu(self._info, previous.fallback_reason)
         if previous.kind == "gpu":

@@ -7,8 +7,14 @@ to find a context_id" or "TPU system has not been initialized". They may
 arrive wrapped: raised inside a Keras callback, re-raised by the agent. So
 the whole ``__cause__``/``__context__`` chain is examined.
 
-Nothing here imports TensorFlow: if it is not imported yet, no TensorFlow
-error can exist, and the messages are matched as text.
+On JAX the same losses arrive as ``JaxRuntimeError`` (``XlaRuntimeError``
+in older jaxlib) whose message starts with the XLA status code:
+``UNAVAILABLE``, ``DEADLINE_EXCEEDED`` or ``ABORTED``, or says the TPU
+halted. Other XLA errors (``RESOURCE_EXHAUSTED``: out of memory,
+``INVALID_ARGUMENT``: a bug) are not losses and are raised as they are.
+
+Nothing here imports TensorFlow or JAX: if one is not imported yet, none of
+its errors can exist, and the messages are matched as text.
 """
 
 from __future__ import annotations
@@ -26,6 +32,12 @@ LOSS_MESSAGES = (
     "tpu system has not been initialized",
     "incarnation",
 )
+
+# JAX's runtime error classes (by name: jaxlib moved them between releases)
+# and the XLA status codes, or words, that mean the device went away.
+JAX_ERROR_TYPES = ("JaxRuntimeError", "XlaRuntimeError")
+JAX_LOSS_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "ABORTED")
+JAX_LOSS_MESSAGES = ("tpu halted", "device halted", "tpu is halted")
 
 # Extra fragments that make a failure to *connect* worth another try.
 CONNECT_RETRY_MESSAGES = (
@@ -58,10 +70,21 @@ def _loss_types() -> tuple[type, ...]:
     return tuple(t for t in found if isinstance(t, type))
 
 
+def _is_jax_loss(link: BaseException) -> bool:
+    if type(link).__name__ not in JAX_ERROR_TYPES:
+        return False
+    text = str(link).lstrip()
+    return text.startswith(JAX_LOSS_CODES) or any(
+        fragment in text.lower() for fragment in JAX_LOSS_MESSAGES
+    )
+
+
 def _matches(
     exc: BaseException, types: tuple[type, ...], fragments: tuple[str, ...]
 ) -> bool:
     for link in exception_chain(exc):
+        if _is_jax_loss(link):
+            return True
         if types and isinstance(link, types):
             return True
         text = str(link).lower()
@@ -82,7 +105,8 @@ def is_accelerator_loss(exc: BaseException) -> bool:
     Returns:
         Whether ``exc`` or anything in its cause/context chain is a
         TensorFlow ``UnavailableError``, ``AbortedError`` or
-        ``DeadlineExceededError``, or carries one of :data:`LOSS_MESSAGES`.
+        ``DeadlineExceededError``, a JAX runtime error with one of
+        :data:`JAX_LOSS_CODES`, or carries one of :data:`LOSS_MESSAGES`.
     """
     return _matches(exc, _loss_types(), LOSS_MESSAGES)
 

@@ -1,6 +1,6 @@
 """Keras on JAX, 2 CPU devices: SIGKILL mid-training, rerun, bitwise equal.
 
-Real processes (``jax_worker.py``): one uninterrupted run, and one killed
+Real processes (``backend_worker.py``): one uninterrupted run, and one killed
 right after step 10 (checkpoints every 4 steps, 7 steps per epoch) and run
 again. The final model and optimizer variables must be bitwise equal, the
 kill must have landed during training, and no TensorFlow may be imported.
@@ -21,11 +21,14 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 KILL_AT = 10
 
 
-def worker(run_dir: str, out: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=REPO, KERAS_BACKEND="jax")
+def worker(
+    run_dir: str, out: str, *args: str, python: str = sys.executable
+) -> subprocess.CompletedProcess[str]:
+    """``backend_worker.py`` in a fresh process (JAX here unless told)."""
+    env = dict(os.environ, PYTHONPATH=REPO)
     env.pop("XLA_FLAGS", None)  # the agent sets the device count itself
     return subprocess.run(
-        [sys.executable, os.path.join(HERE, "jax_worker.py"), run_dir, out, *args],
+        [python, os.path.join(HERE, "backend_worker.py"), run_dir, out, *args],
         capture_output=True,
         text=True,
         timeout=240,
@@ -95,3 +98,21 @@ def test_checkpoints_are_safetensors_host_arrays(straight_run: str) -> None:
             assert list(array.shape) == shape and str(array.dtype) == dtype
     weights, _ = read(out)
     assert arrays["model/000000"].tobytes() == weights["model_000"].tobytes()
+
+
+def test_lost_tpu_recovers_in_session_bitwise(
+    uninterrupted: tuple[dict, dict], tmp_path: os.PathLike[str]
+) -> None:
+    """An XLA UNAVAILABLE error from a step hook stands in for a halted TPU."""
+    run, out = os.path.join(tmp_path, "run"), os.path.join(tmp_path, "out")
+    done = worker(run, out, "--unavailable-at-step", "9")
+    assert done.returncode == 0, done.stderr[-4000:]
+    arrays, result = read(out)
+    assert result["recoveries"] == 1
+    assert result["restores"] == [8]  # the checkpoint of step 8, in the same process
+    assert result["steps_here"] == 14 + (9 - 8)
+    assert result["tensorflow_imported"] is False
+    expected, _ = uninterrupted
+    assert sorted(arrays) == sorted(expected)
+    for key in expected:
+        assert arrays[key].tobytes() == expected[key].tobytes(), key

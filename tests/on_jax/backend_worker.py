@@ -1,0 +1,186 @@
+"""Train a small Keras model through ``agent.fit`` on either backend, maybe dying.
+
+    python tests/on_jax/backend_worker.py RUN_DIR OUT_DIR [--backend jax]
+        [--replicas 2] [--precision float32] [--no-dropout]
+        [--kill-at-step N] [--unavailable-at-step N] [--per-replica-batch N]
+
+The same model and data on JAX (NumPy batches, run in the virtualenv
+without TensorFlow) and on TensorFlow (a ``tf.data`` pipeline over the
+same arrays, run in the main virtualenv), so one run directory can move
+between them. OUT_DIR receives ``weights.npz`` (every model and optimizer
+variable, by position) and ``result.json`` (the step restored from, the
+steps trained here, recoveries, the runtime-change events, whether
+TensorFlow was imported). ``--kill-at-step`` SIGKILLs the process right
+after the agent's duties of that step; ``--unavailable-at-step`` raises,
+once, the error a lost TPU raises through XLA (no TPU can be lost here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+EPOCHS = 2
+STEPS_PER_EPOCH = 7
+GLOBAL_BATCH = 8
+
+
+def arrays_of_epoch(epoch: int) -> tuple[object, object]:
+    import numpy as np
+
+    rng = np.random.default_rng(100 + epoch)  # deterministic per epoch
+    x = rng.normal(size=(STEPS_PER_EPOCH * GLOBAL_BATCH, 6)).astype("float32")
+    y = (x.sum(axis=1, keepdims=True) > 0).astype("float32")
+    return x, y
+
+
+def dataset_maker(backend: str, batch: int):  # type: ignore[no-untyped-def]
+    def numpy_batches(epoch: int, skip: int = 0) -> list[tuple[object, object]]:
+        x, y = arrays_of_epoch(epoch)
+        steps = len(x) // batch  # type: ignore[arg-type]
+        pairs = [
+            (x[i * batch : (i + 1) * batch], y[i * batch : (i + 1) * batch])  # type: ignore[index]
+            for i in range(steps)
+        ]
+        return pairs[skip:]
+
+    def tf_dataset(epoch: int, skip: int = 0) -> object:
+        import tensorflow as tf
+
+        x, y = arrays_of_epoch(epoch)
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(
+            batch, drop_remainder=True
+        )
+        return ds.skip(skip)
+
+    return numpy_batches if backend == "jax" else tf_dataset
+
+
+def build_model(dropout: bool):  # type: ignore[no-untyped-def]
+    def build() -> object:
+        import keras
+
+        layers = [keras.Input((6,)), keras.layers.Dense(16, activation="relu")]
+        if dropout:
+            layers.append(keras.layers.Dropout(0.3))
+        layers.append(keras.layers.Dense(1, activation="sigmoid"))
+        model = keras.Sequential(layers)
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="binary_crossentropy")
+        return model
+
+    return build
+
+
+def lost_tpu_error() -> BaseException:
+    """What XLA raises when a TPU goes away mid-step (JAX), or TF's error."""
+    if os.environ["KERAS_BACKEND"] == "jax":
+        import jax
+
+        error_type = getattr(jax.errors, "JaxRuntimeError", None)
+        if error_type is None:  # older jaxlib
+            from jax._src.lib import xla_client
+
+            error_type = xla_client.XlaRuntimeError
+        return error_type("UNAVAILABLE: TPU halted (standing in for a lost TPU)")
+    import tensorflow as tf
+
+    return tf.errors.UnavailableError(None, None, "Socket closed")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("run_dir")
+    parser.add_argument("out_dir")
+    parser.add_argument("--backend", choices=("jax", "tensorflow"), default="jax")
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--precision", default="float32")
+    parser.add_argument("--no-dropout", action="store_true")
+    parser.add_argument("--kill-at-step", type=int)
+    parser.add_argument("--unavailable-at-step", type=int)
+    parser.add_argument("--per-replica-batch", type=int)
+    args = parser.parse_args()
+    os.environ["KERAS_BACKEND"] = args.backend
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    import keras
+    import numpy as np
+    from support.dying import kill_if_at
+
+    from colab_resume.agent import Agent
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    trained = {"steps": 0}
+    lose_at = [args.unavailable_at_step]
+
+    def after_step(step: int) -> None:
+        trained["steps"] += 1
+        kill_if_at(step, args.kill_at_step)
+        if lose_at[0] is not None and step == lose_at[0]:
+            lose_at[0] = None
+            raise lost_tpu_error()
+
+    agent = Agent(
+        args.run_dir,
+        save_every_steps=4,
+        save_every_seconds=None,
+        heartbeat_seconds=0.5,
+        dead_after_seconds=1.5,
+        prefer="cpu",
+        cpu_replicas=args.replicas,
+        precision=args.precision,
+        recovery_backoff_seconds=0.1,
+    )
+    agent.on_step(after_step)
+    seen: dict[str, list[object]] = {"restored": [], "changed": []}
+
+    def on_event(event: object) -> None:
+        kind = getattr(event, "kind", None)
+        if kind == "checkpoint.restored":
+            seen["restored"].append(getattr(event, "step", 0))
+        elif kind == "run.runtime_changed":
+            seen["changed"].append(
+                {"message": event.message, **event.data}  # type: ignore[attr-defined]
+            )
+
+    agent.events.subscribe(on_event)
+    keras.utils.set_random_seed(11)
+    batch = (args.per_replica_batch or 0) * args.replicas or GLOBAL_BATCH
+    agent.fit(
+        build_model(not args.no_dropout),
+        dataset_maker(args.backend, batch),
+        epochs=EPOCHS,
+        steps_per_epoch=STEPS_PER_EPOCH,
+        verbose=0,
+    )
+    model = agent.model
+
+    def host(variable: object) -> object:
+        if args.backend == "jax":
+            return np.asarray(keras.ops.convert_to_numpy(variable.value))  # type: ignore[attr-defined]
+        return np.asarray(variable.numpy())  # type: ignore[attr-defined]
+
+    arrays = {f"model_{i:03d}": host(v) for i, v in enumerate(model.variables)}
+    for i, v in enumerate(model.optimizer.variables):
+        arrays[f"optimizer_{i:03d}"] = host(v)
+    np.savez(os.path.join(args.out_dir, "weights.npz"), **arrays)
+    result = {
+        "restored_step": seen["restored"][0] if seen["restored"] else 0,
+        "restores": seen["restored"],
+        "runtime_changed": seen["changed"],
+        "steps_here": trained["steps"],
+        "recoveries": agent._loop.recoveries,
+        "iterations": int(host(model.optimizer.iterations)),  # type: ignore[call-overload]
+        "tensorflow_imported": "tensorflow" in sys.modules,
+        "devices": agent.connection.replicas if agent.connection else None,
+        "variables": [v.path for v in model.variables],
+    }
+    with open(os.path.join(args.out_dir, "result.json"), "w") as handle:
+        json.dump(result, handle, default=str)
+    print(f"DONE steps_here={trained['steps']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
