@@ -1,12 +1,16 @@
-"""colab_resume: TensorFlow/Keras training runs that survive the hardware vanishing.
+"""colab_resume: Keras training runs that survive the hardware vanishing.
 
-Importing this package never imports TensorFlow.
+Importing this package never imports TensorFlow or JAX. Where only JAX is
+installed (Colab's TPU runtime) and nothing chose a Keras backend, it
+chooses JAX before Keras is imported (see
+:func:`colab_resume.backend.current.choose_jax_where_tensorflow_is_absent`).
 """
 
 from colab_resume._version import __version__
 from colab_resume.agent import Agent, AgentOptions
 from colab_resume.agent.callback import StartPoint
 from colab_resume.agent.progress import Progress
+from colab_resume.backend.current import choose_jax_where_tensorflow_is_absent
 from colab_resume.checkpoint.errors import (
     NoValidCheckpointError,
     StructureMismatchError,
@@ -23,6 +27,9 @@ from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions
 from colab_resume.panel import panel
 from colab_resume.status import inspect
 from colab_resume.storage import authenticate
+
+# None of the imports above imports Keras: it is not too late to choose.
+choose_jax_where_tensorflow_is_absent()
 
 __all__ = [
     "Agent",

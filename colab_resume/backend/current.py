@@ -26,6 +26,10 @@ def is_jax() -> bool:
 
 
 def _configured() -> str:
+    return _from_keras_json() or "tensorflow"
+
+
+def _from_keras_json() -> str | None:
     import json
 
     home = os.environ.get("KERAS_HOME") or os.path.join(
@@ -36,4 +40,31 @@ def _configured() -> str:
             configured = json.load(f).get("backend")
     except (OSError, ValueError, AttributeError):
         configured = None
-    return str(configured or "tensorflow")
+    return str(configured) if configured else None
+
+
+def choose_jax_where_tensorflow_is_absent() -> bool:
+    """Set ``KERAS_BACKEND=jax`` when nothing chose and only JAX is installed.
+
+    Keras defaults to TensorFlow and, without it, fails at ``import keras``.
+    Colab's TPU runtime ships JAX and libtpu but no TensorFlow (since March
+    2025), so there the right backend is the one that is installed. Nothing
+    is changed when ``KERAS_BACKEND`` is set, Keras is already imported,
+    ``keras.json`` names a backend, or TensorFlow is installed. Looks for
+    the modules without importing them.
+
+    Returns:
+        Whether it set ``KERAS_BACKEND``.
+    """
+    import importlib.util
+
+    if (
+        os.environ.get("KERAS_BACKEND")
+        or "keras" in sys.modules
+        or _from_keras_json()
+        or importlib.util.find_spec("tensorflow") is not None
+        or importlib.util.find_spec("jax") is None
+    ):
+        return False
+    os.environ["KERAS_BACKEND"] = "jax"
+    return True

@@ -230,7 +230,17 @@ class Accelerator:
 
         if fresh:
             jax_backend.forget_compiled()
+        p = self.platform
+        info = self._info = detect(
+            p.env, root=p.root, module_available=p.module_available
+        )
         made = jax_backend.connect(self.options.prefer, self.options.cpu_replicas)
+        if info.is_tpu and made.kind != "tpu" and self.options.prefer == "auto":
+            # JAX falls back to the CPU by itself when the TPU is taken or
+            # libtpu is missing: hours on the CPU by mistake cost more than this.
+            raise diagnose.jax_tpu_unusable_error(
+                info, made.kind, lock_path=p.lock_path, proc_root=p.proc_root
+            )
         return self._finish(
             made.distribution, kind=made.kind, chip=made.chip, replicas=made.replicas
         )

@@ -9,6 +9,7 @@ names the cause and the exact fix.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from types import ModuleType
@@ -18,6 +19,7 @@ from colab_resume.runtime import host
 from colab_resume.runtime.detect import RuntimeInfo
 from colab_resume.runtime.errors import (
     AcceleratorError,
+    AcceleratorNotFoundError,
     GPUSupportMissingError,
     TensorFlowNotInstalledError,
     TPUInUseError,
@@ -323,4 +325,35 @@ def gpu_not_visible_error(tf: Any, info: RuntimeInfo) -> GPUSupportMissingError:
         f"CUDA_VISIBLE_DEVICES hides the GPU. Install TensorFlow with its CUDA "
         f"libraries, then {RESTART}: pip install 'tensorflow[and-cuda]{pin}' "
         f"(and check that nvidia-smi lists the GPU)."
+    )
+
+
+def jax_tpu_unusable_error(
+    info: RuntimeInfo,
+    got: str,
+    *,
+    lock_path: str = LIBTPU_LOCK_PATH,
+    proc_root: str = "/proc",
+) -> AcceleratorError:
+    """Why JAX, on a machine with a TPU, sees only ``got`` devices.
+
+    The TPU held by another process (libtpu's lock, naming the pid) or a JAX
+    without libtpu; JAX itself only logs a warning and uses the CPU.
+    """
+    holders = tpu_lock_holders(lock_path, proc_root=proc_root)
+    if holders:
+        return tpu_in_use_error(holders, lock_path=lock_path, proc_root=proc_root)
+    if importlib.util.find_spec("libtpu") is None:
+        return TPUSupportMissingError(
+            f"This machine has a TPU ({info.signs}), but JAX has no TPU support "
+            f"(libtpu is not installed) and would train on the {got.upper()}. "
+            f"On Colab's TPU runtime use the preinstalled jax; elsewhere: pip "
+            f"install 'jax[tpu]'. Or pass prefer='{got}' to train on the "
+            f"{got.upper()} on purpose."
+        )
+    return AcceleratorNotFoundError(
+        f"This machine has a TPU ({info.signs}), but JAX sees only {got.upper()} "
+        f"devices. Restart the runtime (another process may have held the TPU "
+        f"when JAX started), or pass prefer='{got}' to train on the "
+        f"{got.upper()} on purpose."
     )
