@@ -319,3 +319,58 @@ def test_bad_arguments_name_the_field(storage):
         mgr.save(make_state(1), step=1, epoch=0, extras={"x": object()})
     with pytest.raises(TypeError, match="state must be a keras.Model or a dict"):
         mgr.save([1, 2], step=1, epoch=0)
+
+
+def test_tensorflow_format_checkpoints_keep_restoring(storage):
+    """Written in TensorFlow's own format (earlier versions), read by today's."""
+    saved = save_steps(manager(storage, format="tensorflow"), [1])
+    files = [i.path.rsplit("/", 1)[1] for i in storage.list(CheckpointName(1, 1).path)]
+    assert "ckpt.index" in files and not any(f.endswith(".safetensors") for f in files)
+    fresh = make_state(99)
+    assert manager(storage, lease=2).restore(fresh).step == 1
+    assert_same(values(fresh), saved[1])
+
+
+def test_portable_checkpoints_are_safetensors_shards(storage):
+    save_steps(manager(storage, shard_bytes=1 << 20), [1])
+    files = [i.path.rsplit("/", 1)[1] for i in storage.list(CheckpointName(1, 1).path)]
+    assert sorted(files) == [MANIFEST, "ckpt.safetensors"]
+    big = {
+        "a": tf.Variable(np.zeros((300, 1024), "float32")),
+        "b": tf.Variable(np.ones((300, 1024), "float32")),
+    }
+    mgr = manager(storage, lease=2, shard_bytes=1 << 20)
+    mgr.save(big, step=2, epoch=0)
+    mgr.wait()
+    mgr.check()
+    files = sorted(
+        i.path.rsplit("/", 1)[1] for i in storage.list(CheckpointName(2, 2).path)
+    )
+    assert files == [
+        MANIFEST,
+        "ckpt.00000-of-00002.safetensors",
+        "ckpt.00001-of-00002.safetensors",
+    ]
+    fresh = {
+        "a": tf.Variable(np.full((300, 1024), 5, "float32")),
+        "b": tf.Variable(np.zeros((300, 1024), "float32")),
+    }
+    assert manager(storage, lease=3).restore(fresh).step == 2
+    assert fresh["a"].numpy().max() == 0 and fresh["b"].numpy().min() == 1
+
+
+def test_an_opaque_trackable_falls_back_to_tensorflow_format_and_says_so(storage):
+    class Counter(tf.Module):
+        def __init__(self):
+            self.count = tf.Variable(3)
+
+    events = EventLog()
+    mgr = manager(storage, events=events)
+    mgr.save({"w": tf.Variable([1.0, 2.0]), "counter": Counter()}, step=1, epoch=0)
+    mgr.wait()
+    mgr.check()
+    (warning,) = events.recent(kind="checkpoint.format")
+    assert "'counter' is a Counter" in warning.message
+    assert "only the TensorFlow backend" in warning.message
+    files = [i.path.rsplit("/", 1)[1] for i in storage.list(CheckpointName(1, 1).path)]
+    assert "ckpt.index" in files
