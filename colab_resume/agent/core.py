@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-from colab_resume import backend
 from colab_resume.agent.callback import ModelState, StartPoint, make_callback
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.custom_loop import CustomLoop
@@ -180,16 +179,7 @@ class Agent:
         Returns:
             The state dict from ``build_state``, trained (also :attr:`state`).
 
-        Raises:
-            NotImplementedError: on the JAX backend (use :meth:`fit`).
         """
-        if backend.is_jax():
-            raise NotImplementedError(
-                "agent.run (custom training loops) is not supported on the JAX "
-                "backend yet. Use agent.fit(build_model, make_dataset, epochs=..., "
-                "steps_per_epoch=...) with a compiled keras.Model, or "
-                "KERAS_BACKEND=tensorflow for a custom loop."
-            )
         driver = CustomLoop(
             build_state,
             make_dataset,

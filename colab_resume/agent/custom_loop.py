@@ -11,7 +11,15 @@ The user gives three functions:
   batch size (``tf.nn.compute_average_loss``). Scalars it returns (a tensor
   or a dict of them) are recorded as metrics.
 
-Every returned value is **summed** across replicas, as the TensorFlow
+On the JAX backend there is no ``strategy.run``: ``train_step(state,
+batch)`` is called with the *global* batch, laid out over the devices by
+the ``keras.distribution``, and computes one step for all of them — with
+Keras' stateless API (``model.stateless_call``,
+``optimizer.stateless_apply``) under ``jax.jit`` or with plain JAX — then
+assigns the new values to the state's variables, which is what checkpoints
+hold. What it returns is recorded as it is.
+
+On TensorFlow, every returned value is **summed** across replicas, as the TensorFlow
 distributed-training tutorial does with
 ``strategy.reduce(SUM, per_replica_losses)``: each replica returns its
 share of the global-batch value. A loss scaled by the global batch size
@@ -26,9 +34,10 @@ by the replica count, so divide it by
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from colab_resume import backend
 from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.random_ops import RandomOpWatch
 from colab_resume.agent.steps import StepDuties
@@ -37,6 +46,7 @@ from colab_resume.checkpoint import RestoredInfo
 from colab_resume.data import (
     DataFingerprints,
     check_global_batch,
+    check_numpy_batch,
     epoch_dataset,
     split_step,
 )
@@ -82,6 +92,7 @@ class CustomLoop:
             make_dataset, reset=reset_fingerprints, events=events
         )
         self.epoch = 0
+        self._start_epoch = 0
         self.last_outputs: Any = None  # tensors; converted only when saved or shown
 
     def build(self) -> None:
@@ -111,6 +122,9 @@ class CustomLoop:
         return Snapshot(self.state, self.epoch, self.metrics(), extras)
 
     def train(self, start_step: int, duties: StepDuties, strategy: Any) -> None:
+        if backend.is_jax():
+            self._train_on_jax(start_step, duties, strategy)
+            return
         import tensorflow as tf
 
         state, user_step = self.state, self.train_step
@@ -124,21 +138,9 @@ class CustomLoop:
                 lambda v: strategy.reduce("SUM", v, axis=None), outputs
             )
 
-        step = start_step
-        start_epoch, skip = split_step(start_step, self.steps_per_epoch)
-        if start_step:
-            self.fingerprints.check(start_epoch)
-        epoch = start_epoch
         watch: RandomOpWatch | None = RandomOpWatch()
-        while step < self.total_steps:
-            self.epoch = epoch
-            self.fingerprints.record(epoch)
-            here = skip if epoch == start_epoch else 0
-            steps = min(self.steps_per_epoch - here, self.total_steps - step)
-            dataset = epoch_dataset(
-                self.make_dataset, epoch, skip=here, steps_per_epoch=here + steps
-            )
-            if epoch == start_epoch:
+        for epoch, dataset, steps in self._epochs(start_step):
+            if epoch == self._start_epoch:
                 check_global_batch(dataset, strategy.num_replicas_in_sync, epoch)
             iterator = iter(strategy.experimental_distribute_dataset(dataset))
             for _ in range(steps):
@@ -151,11 +153,46 @@ class CustomLoop:
                     watch = None
                 else:
                     outputs = distributed_step(iterator)
-                step += 1
                 # Converting to Python here would wait for the device every step.
                 self.last_outputs = outputs
-                if duties.after_step(step):
+                if duties.after_step(duties.step + 1):
                     return
+
+    def _train_on_jax(
+        self, start_step: int, duties: StepDuties, distribution: Any
+    ) -> None:
+        """JAX: ``train_step`` gets each global batch, laid out over the devices."""
+        from colab_resume.backend import jax as jax_backend
+
+        for epoch, batches, steps in self._epochs(start_step):
+            for index in range(steps):
+                batch = next(batches)
+                if epoch == self._start_epoch and index == 0:
+                    check_numpy_batch(batch, jax_backend.replicas(), epoch)
+                duties.before_step()
+                self.last_outputs = self.train_step(
+                    self.state, jax_backend.lay_out(batch, distribution)
+                )
+                if duties.after_step(duties.step + 1):
+                    return
+
+    def _epochs(self, start_step: int) -> Iterator[tuple[int, Any, int]]:
+        """``(epoch, its dataset positioned at the resumed step, steps in it)``."""
+        step = start_step
+        self._start_epoch, skip = split_step(start_step, self.steps_per_epoch)
+        if start_step:
+            self.fingerprints.check(self._start_epoch)
+        epoch = self._start_epoch
+        while step < self.total_steps:
+            self.epoch = epoch
+            self.fingerprints.record(epoch)
+            here = skip if epoch == self._start_epoch else 0
+            steps = min(self.steps_per_epoch - here, self.total_steps - step)
+            dataset = epoch_dataset(
+                self.make_dataset, epoch, skip=here, steps_per_epoch=here + steps
+            )
+            yield epoch, dataset, steps
+            step += steps
             epoch += 1
 
 

@@ -145,3 +145,21 @@ def forget_compiled() -> None:
     clear = getattr(jax, "clear_caches", None)
     if callable(clear):
         clear()
+
+
+def lay_out(batch: Any, distribution: Any) -> Any:
+    """``batch``'s arrays placed as ``distribution`` splits a global batch.
+
+    Keras' ``fit`` does this for its own steps; a custom loop's
+    ``train_step`` gets its batch already split over the devices.
+    """
+    if distribution is None:
+        return batch
+    import jax
+    import keras
+
+    def put(array: Any) -> Any:
+        layout = distribution.get_data_layout(tuple(array.shape))
+        return jax.device_put(array, layout.backend_layout)
+
+    return keras.tree.map_structure(put, batch)

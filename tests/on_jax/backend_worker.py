@@ -3,6 +3,7 @@
     python tests/on_jax/backend_worker.py RUN_DIR OUT_DIR [--backend jax]
         [--replicas 2] [--precision float32] [--no-dropout]
         [--kill-at-step N] [--unavailable-at-step N] [--per-replica-batch N]
+        [--loop run]
 
 The same model and data on JAX (NumPy batches, run in the virtualenv
 without TensorFlow) and on TensorFlow (a ``tf.data`` pipeline over the
@@ -13,6 +14,8 @@ steps trained here, recoveries, the runtime-change events, whether
 TensorFlow was imported). ``--kill-at-step`` SIGKILLs the process right
 after the agent's duties of that step; ``--unavailable-at-step`` raises,
 once, the error a lost TPU raises through XLA (no TPU can be lost here).
+``--loop run`` trains the same model through ``agent.run`` with a custom
+step written against Keras' stateless API under ``jax.jit`` (JAX only).
 """
 
 from __future__ import annotations
@@ -73,6 +76,56 @@ def build_model(dropout: bool):  # type: ignore[no-untyped-def]
     return build
 
 
+def build_state(dropout: bool):  # type: ignore[no-untyped-def]
+    def build() -> dict[str, object]:
+        model = build_model(dropout)()
+        optimizer = model.optimizer  # type: ignore[attr-defined]
+        optimizer.build(model.trainable_variables)  # type: ignore[attr-defined]
+        return {"model": model, "optimizer": optimizer}
+
+    return build
+
+
+def jax_train_step():  # type: ignore[no-untyped-def]
+    """One step for all devices: stateless call and apply, then assign."""
+    import jax
+    import keras
+
+    loss_fn = keras.losses.BinaryCrossentropy()
+    compiled: dict[int, object] = {}  # a rebuilt model gets its own program
+
+    def compile_for(model, optimizer):  # type: ignore[no-untyped-def]
+        def loss_of(trainable, other, x, y):  # type: ignore[no-untyped-def]
+            predicted, other = model.stateless_call(trainable, other, x, training=True)
+            return loss_fn(y, predicted), other
+
+        gradient = jax.value_and_grad(loss_of, has_aux=True)
+
+        @jax.jit
+        def step(trainable, other, slots, x, y):  # type: ignore[no-untyped-def]
+            (loss, other), grads = gradient(trainable, other, x, y)
+            trainable, slots = optimizer.stateless_apply(slots, grads, trainable)
+            return loss, trainable, other, slots
+
+        return step
+
+    def train_step(state, batch):  # type: ignore[no-untyped-def]
+        model, optimizer = state["model"], state["optimizer"]
+        step = compiled.setdefault(id(model), compile_for(model, optimizer))
+        groups = (
+            model.trainable_variables,
+            model.non_trainable_variables,
+            optimizer.variables,
+        )
+        loss, *new = step(*([v.value for v in g] for g in groups), *batch)  # type: ignore[operator]
+        for variables, values in zip(groups, new, strict=True):
+            for variable, value in zip(variables, values, strict=True):
+                variable.assign(value)
+        return {"loss": loss}
+
+    return train_step
+
+
 def lost_tpu_error() -> BaseException:
     """What XLA raises when a TPU goes away mid-step (JAX), or TF's error."""
     if os.environ["KERAS_BACKEND"] == "jax":
@@ -100,6 +153,7 @@ def main() -> int:
     parser.add_argument("--kill-at-step", type=int)
     parser.add_argument("--unavailable-at-step", type=int)
     parser.add_argument("--per-replica-batch", type=int)
+    parser.add_argument("--loop", choices=("fit", "run"), default="fit")
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = args.backend
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -147,14 +201,24 @@ def main() -> int:
     agent.events.subscribe(on_event)
     keras.utils.set_random_seed(11)
     batch = (args.per_replica_batch or 0) * args.replicas or GLOBAL_BATCH
-    agent.fit(
-        build_model(not args.no_dropout),
-        dataset_maker(args.backend, batch),
-        epochs=EPOCHS,
-        steps_per_epoch=STEPS_PER_EPOCH,
-        verbose=0,
-    )
-    model = agent.model
+    if args.loop == "run":
+        state = agent.run(
+            build_state(not args.no_dropout),
+            dataset_maker(args.backend, batch),
+            jax_train_step(),
+            total_steps=EPOCHS * STEPS_PER_EPOCH,
+            steps_per_epoch=STEPS_PER_EPOCH,
+        )
+        model = state["model"]
+    else:
+        agent.fit(
+            build_model(not args.no_dropout),
+            dataset_maker(args.backend, batch),
+            epochs=EPOCHS,
+            steps_per_epoch=STEPS_PER_EPOCH,
+            verbose=0,
+        )
+        model = agent.model
 
     def host(variable: object) -> object:
         if args.backend == "jax":

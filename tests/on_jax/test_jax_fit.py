@@ -116,3 +116,29 @@ def test_lost_tpu_recovers_in_session_bitwise(
     assert sorted(arrays) == sorted(expected)
     for key in expected:
         assert arrays[key].tobytes() == expected[key].tobytes(), key
+
+
+def test_custom_loop_killed_and_rerun_is_bitwise_equal(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """agent.run with a stateless-API step under jax.jit, 2 devices."""
+    straight = os.path.join(tmp_path, "straight")
+    done = worker(
+        os.path.join(straight, "run"), os.path.join(straight, "out"), "--loop", "run"
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    expected, _ = read(os.path.join(straight, "out"))
+
+    run, out = os.path.join(tmp_path, "run"), os.path.join(tmp_path, "out")
+    killed = worker(run, out, "--loop", "run", "--kill-at-step", str(KILL_AT))
+    assert killed.returncode == -9, killed.stderr[-4000:]
+    assert f"KILLING at step {KILL_AT}" in killed.stdout
+    resumed = worker(run, out, "--loop", "run")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    arrays, result = read(out)
+    assert 0 < int(result["restored_step"]) < KILL_AT  # type: ignore[call-overload]
+    assert result["steps_here"] == 14 - int(result["restored_step"])  # type: ignore[call-overload]
+    assert result["iterations"] == 14 and result["tensorflow_imported"] is False
+    assert sorted(arrays) == sorted(expected)
+    for key in expected:
+        assert arrays[key].tobytes() == expected[key].tobytes(), key
