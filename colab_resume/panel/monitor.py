@@ -114,9 +114,11 @@ class MonitorPanel(PanelBox):
 
     def draw_report(self) -> None:
         from colab_resume.report.plot import render
+        from colab_resume.report.sessions import read_report
 
         try:
-            self.show_report(render(self.reader.read(), title=self.storage.url))
+            report = read_report(self.storage, self.reader)
+            self.show_report(render(report, title=self.storage.url))
         except ImportError:
             self.show_report(
                 None, "the report needs matplotlib: pip install matplotlib"
