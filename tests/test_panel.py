@@ -185,3 +185,79 @@ def test_monitor_reads_the_run_directory(tmp_path):
     assert cr.inspect(agent.run_dir).state == "DEAD"  # released: takeable at once
     assert not session.writer.verify_lease(agent.storage)  # the holder is fenced
     session.close("stopped")
+
+
+def test_take_over_is_offered_only_while_someone_holds_the_run():
+    live = view(PanelFacts(state="training", now=0, read_only=True))
+    assert live.takeover_enabled and "fence the holder" in live.takeover_tooltip
+    for state in ("completed", "dead", "new", "failed"):
+        ended = view(PanelFacts(state=state, now=0, read_only=True))
+        assert not ended.takeover_enabled, state
+        assert "take" in ended.takeover_tooltip, state
+    assert "completed" in view(PanelFacts(state="completed", now=0)).takeover_tooltip
+    # The agent's own panel has no Take over at all.
+    assert not view(PanelFacts(state="training", now=0)).takeover_enabled
+
+
+def test_retention_deletions_are_one_line_among_the_events():
+    from colab_resume.panel.model import event_lines
+
+    events = [Event(1.0, "lease.taken", "took lease 1")]
+    for i in range(12):
+        names = [f"step-{i:09d}.e00000001"]
+        events.append(
+            Event(
+                10.0 + i,
+                "checkpoint.pruned",
+                f"deleted 1 old or uncommitted checkpoint(s): {names[0]}",
+                data={"checkpoints": names},
+            )
+        )
+        events.append(Event(10.5 + i, "checkpoint.committed", f"step {i}"))
+    events.append(Event(30.0, "storage.retry", "503, retrying", "warning"))
+    lines = event_lines(events)
+    assert [e.kind for e in lines] == [
+        "lease.taken",
+        "checkpoint.pruned",
+        "storage.retry",
+    ]
+    assert lines[1].message == "retention deleted 12 old checkpoint(s) in 12 passes"
+    assert lines[1].time == 21.0  # where the newest deletion happened
+    # As the history keeps them (no data): counted from the message.
+    recorded = [Event(e.time, e.kind, e.message) for e in events]
+    assert event_lines(recorded)[1].message == lines[1].message
+
+
+@pytest.mark.tf
+def test_monitor_of_a_completed_run_offers_no_take_over(tmp_path):
+    """A real fit with keep=1 prunes after every save; the monitor shows one
+    line for all those deletions and no Take over on the completed run."""
+    pytest.importorskip("tensorflow")
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from colab_resume.listing import read_leases
+
+    x = np.random.RandomState(0).randn(64, 4).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(8)
+
+    def build_model():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    run_dir = str(tmp_path / "run")
+    with cr.Agent(run_dir, save_every_steps=1, keep=1, prefer="cpu") as agent:
+        agent.fit(build_model, lambda epoch: data, epochs=2, steps_per_epoch=8)
+    monitor = cr.panel(run_dir)
+    assert "completed" in monitor.badge.value
+    assert monitor.takeover_button.disabled
+    assert "completed" in monitor.takeover_button.tooltip
+    assert monitor.events.value.count("checkpoint.pruned") == 1
+    assert "retention deleted" in monitor.events.value
+    assert "run.completed" in monitor.events.value  # not pushed out by deletions
+    # Even a click that raced the refresh takes no lease on a completed run.
+    monitor.take_over()
+    assert monitor.took_over is None and len(read_leases(monitor.storage)) == 1
+    assert "not taken over" in monitor.notice.value

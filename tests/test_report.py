@@ -10,6 +10,7 @@ import pytest
 from colab_resume.cli import main
 from colab_resume.events import EventLog
 from colab_resume.report.history import HistoryRecorder, chunk_path, read_history
+from colab_resume.report.sessions import read_report
 from colab_resume.storage import Storage
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -41,13 +42,15 @@ def test_history_survives_sessions_and_report_marks_the_death(tmp_path):
     assert all(set(p.metrics) == {"loss"} for p in history.points)  # junk dropped
     assert {e.kind for e in history.events} >= {"recovery.started", "run.completed"}
 
-    from colab_resume.report.plot import session_spans
-
-    spans = session_spans(history)
-    assert [(s["lease"], s["died"], s["clean"]) for s in spans] == [
-        (1, True, False),
-        (2, False, True),
+    # With history alone (no lease or heartbeat records), the sessions still
+    # come out of it: the first died at 30, the second resumed from its
+    # newest commit (20) and completed.
+    report = read_report(storage)
+    assert [(s.lease, s.end, s.first_step, s.last_step) for s in report.sessions] == [
+        (1, "died", 0, 30),
+        (2, "completed", 20, 60),
     ]
+    assert report.sessions[0].redone == (20, 30)
     out = tmp_path / "report.png"
     assert main(["report", storage.url, "-o", str(out)]) == 0
     assert out.read_bytes().startswith(PNG) and out.stat().st_size > 10_000
@@ -193,3 +196,170 @@ def test_report_without_matplotlib_is_one_line_naming_the_install(tmp_path):
     assert "the run report needs matplotlib" in result.stderr
     assert "pip install matplotlib" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _beat(run_dir, lease):
+    with open(os.path.join(run_dir, "heartbeat", f"{lease:08d}.json")) as file:
+        return json.load(file)
+
+
+@pytest.mark.tf
+def test_a_session_killed_after_its_first_commit_is_drawn(tmp_path):
+    """A real worker SIGKILLed a few steps after its first commit, before it
+    wrote any history (its ticks are an hour apart), then resumed here: the
+    report still has both sessions, the death where its last beat was and
+    the steps the successor redid, from the lease, heartbeat and checkpoint
+    records."""
+    from support import toy, wait_for, worker
+
+    import colab_resume as cr
+
+    run_dir = str(tmp_path / "run")
+    first = worker(
+        "agent_worker",
+        run_dir,
+        str(tmp_path / "a.npz"),
+        *("--epochs", "2", "--steps-per-epoch", "12", "--save-every-steps", "6"),
+        *("--replicas", "1", "--heartbeat-seconds", "0.2", "--step-sleep", "0.1"),
+        *("--tick-seconds", "3600"),
+    )
+    with first:
+
+        def past_first_commit() -> bool:
+            status = cr.inspect(run_dir)
+            return status.checkpoint_step == 6 and 8 <= (status.step or 0) <= 10
+
+        wait_for(
+            past_first_commit,
+            120,
+            "a beat past the first commit",
+            unless=first.exited_early,
+        )
+        first.kill()
+    history_dir = os.path.join(run_dir, "history")
+    chunks = os.listdir(history_dir) if os.path.isdir(history_dir) else []
+    assert not [name for name in chunks if name.startswith("00000001-")]
+    killed_beat = _beat(run_dir, 1)
+    assert killed_beat["state"] == "training"
+
+    # The same training (tests/workers/agent_worker.py's) run again, here;
+    # its shuffle seeds depend on the global seed the worker sets.
+    import keras
+
+    keras.utils.set_random_seed(7)
+    x, y = toy.regression(512)
+    restored = []
+    with cr.Agent(
+        run_dir,
+        save_every_steps=6,
+        save_every_seconds=None,
+        heartbeat_seconds=0.2,
+        dead_after_seconds=0.6,
+        prefer="cpu",
+    ) as agent:
+        agent.events.subscribe(
+            lambda e: restored.append(e.step) if e.kind == "checkpoint.restored" else 0
+        )
+        agent.fit(
+            toy.model,
+            lambda epoch, skip=0: toy.epoch_batches(x, y, 16, epoch).skip(skip),
+            epochs=2,
+            steps_per_epoch=12,
+            verbose=0,
+        )
+    assert restored == [6]
+
+    report = read_report(Storage(run_dir))
+    died, resumed = report.sessions
+    assert (died.lease, died.end, died.first_step) == (1, "died", 0)
+    assert died.last_step == killed_beat["step"] >= 8
+    assert died.redone == (6, died.last_step)
+    assert (resumed.lease, resumed.end, resumed.first_step) == (2, "completed", 6)
+    assert resumed.last_step == 24 and resumed.redone is None
+    assert report.deaths == [died]
+    assert report.redone_steps == died.last_step - 6
+    assert 6 in report.commits and 24 in report.commits  # 6 pruned, yet known
+
+    out = tmp_path / "report.png"
+    assert main(["report", run_dir, "-o", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG)
+
+
+@pytest.mark.tf
+def test_stop_and_ctrl_c_are_clean_ends_not_deaths(tmp_path):
+    """stop() and Ctrl-C (KeyboardInterrupt in the training thread, as SIGINT
+    raises it) end their sessions cleanly; the report says so."""
+    pytest.importorskip("tensorflow")
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import colab_resume as cr
+
+    x = np.random.RandomState(0).randn(64, 4).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(8)
+
+    def build_model():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    run_dir = str(tmp_path / "run")
+
+    def fit(on_step=None):
+        with cr.Agent(run_dir, save_every_steps=4, prefer="cpu") as agent:
+            if on_step is not None:
+                agent.on_step(lambda step: on_step(agent, step))
+            agent.fit(build_model, lambda e: data, epochs=2, steps_per_epoch=8)
+
+    def stop_at_5(agent, step):
+        if step == 5:
+            agent.stop()
+
+    def interrupt_at_10(agent, step):
+        if step == 10:
+            raise KeyboardInterrupt
+
+    fit(stop_at_5)
+    with pytest.raises(KeyboardInterrupt):
+        fit(interrupt_at_10)
+    fit()
+    report = read_report(Storage(run_dir))
+    assert [(s.end, s.first_step, s.last_step) for s in report.sessions] == [
+        ("stopped", 0, 6),
+        ("stopped", 6, 10),
+        ("completed", 10, 16),
+    ], [s.describe() for s in report.sessions]
+    assert report.deaths == [] and report.redone_steps == 0
+
+
+def test_a_session_taken_over_from_the_monitor_is_not_a_death(tmp_path):
+    """A live holder fenced by the monitor's Take over: a takeover, and the
+    Take over's own lease (which never trained) is no band."""
+    from colab_resume.heartbeat import RunSession, SessionOptions
+    from colab_resume.panel.monitor import MonitorPanel
+
+    storage = Storage(str(tmp_path / "run"))
+    holder = RunSession.open(storage, SessionOptions(heartbeat_seconds=0.2))
+    holder.update(state="training", step=20)
+    import time
+
+    time.sleep(0.5)  # a beat carries the step
+    MonitorPanel(storage.url).take_over()
+    holder.close("stopped")  # fenced: writes nothing more
+    report = read_report(storage)
+    first, takeover = report.sessions
+    assert (first.end, first.first_step, first.last_step) == ("taken over", 0, 20)
+    assert (takeover.end, takeover.trained) == ("stopped", False)
+    assert report.deaths == []
+
+
+def test_a_lease_no_session_makes_leaves_the_history_drawn(tmp_path):
+    storage = Storage(str(tmp_path / "run"))
+    record_session(storage, 1, range(1, 11), clean=True, t0=0.0)
+    os.makedirs(os.path.join(storage.root, "lease"))
+    with open(os.path.join(storage.root, "lease", "99999999.json"), "w") as file:
+        file.write("{}")
+    report = read_report(storage)
+    assert [(s.lease, s.end) for s in report.sessions] == [(1, "completed")]
+    assert any("99999999" in problem for problem in report.problems)

@@ -63,12 +63,12 @@ class AgentPanel(PanelBox):
 
     def draw_report(self) -> None:
         """Draw the run report (history in the run directory) into the panel."""
-        from colab_resume.report import read_history
+        from colab_resume.report import read_report
         from colab_resume.report.plot import render
 
         self.agent.flush_history(timeout=10.0)
         try:
-            png = render(read_history(self.agent.storage), title=self.agent.run_dir)
+            png = render(read_report(self.agent.storage), title=self.agent.run_dir)
         except ImportError:
             self.show_report(
                 None, "the report needs matplotlib: pip install matplotlib"

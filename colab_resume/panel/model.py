@@ -11,13 +11,19 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 
 from colab_resume.agent.progress import Progress
 from colab_resume.events import Event
 
 # Not worth a line in the panel's event list.
 QUIET_EVENTS = ("checkpoint.upload.progress", "checkpoint.committed", "run.resumed")
+# Retention deletes old checkpoints after every save (keep=): one line counts
+# them all instead of one line each pushing the events worth reading away.
+PRUNED = "checkpoint.pruned"
+EVENT_LINES = 6
+_DELETED_COUNT = re.compile(r"deleted (\d+) ")
 
 # Badge colours by state; the states of docs/DESIGN.md §4 plus the holder's own.
 BADGE_COLOURS = {
@@ -56,8 +62,46 @@ class PanelFacts(Progress):
 def facts_of(progress: Progress) -> PanelFacts:
     """The panel's facts from an agent's progress snapshot."""
     fields = {f.name: getattr(progress, f.name) for f in dataclasses.fields(progress)}
-    fields["events"] = [e for e in progress.events if e.kind not in QUIET_EVENTS][-6:]
+    fields["events"] = event_lines(progress.events)
     return PanelFacts(**fields)
+
+
+def event_lines(events: Iterable[Event], limit: int = EVENT_LINES) -> list[Event]:
+    """The events worth a line, oldest first, at most ``limit``.
+
+    Quiet kinds are dropped; every ``checkpoint.pruned`` becomes one line,
+    at the time of the newest, counting the checkpoints deleted.
+    """
+    shown: list[Event] = []
+    pruned: list[Event] = []
+    for event in events:
+        if event.kind in QUIET_EVENTS:
+            continue
+        if event.kind == PRUNED:
+            pruned.append(event)
+        else:
+            shown.append(event)
+    if pruned:
+        deleted = sum(_deleted(e) for e in pruned)
+        passes = f" in {len(pruned)} passes" if len(pruned) > 1 else ""
+        shown.append(
+            Event(
+                pruned[-1].time,
+                PRUNED,
+                f"retention deleted {deleted} old checkpoint(s){passes}",
+            )
+        )
+        shown.sort(key=lambda e: e.time)
+    return shown[-limit:]
+
+
+def _deleted(event: Event) -> int:
+    """How many checkpoints one retention pass deleted (from its data or text)."""
+    names = event.data.get("checkpoints")
+    if isinstance(names, list):
+        return len(names)
+    match = _DELETED_COUNT.search(event.message)
+    return int(match.group(1)) if match else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +121,8 @@ class PanelView:
     detail: str
     pause_label: str  # "Pause" or "Resume"
     buttons_enabled: bool
+    takeover_enabled: bool = False  # the monitor's Take over
+    takeover_tooltip: str = ""
 
 
 def view(facts: PanelFacts) -> PanelView:
@@ -103,7 +149,22 @@ def view(facts: PanelFacts) -> PanelView:
         pause_label="Resume" if state == "paused" or facts.pause_requested else "Pause",
         buttons_enabled=not facts.read_only
         and state in ("starting", "training", "paused", "recovering"),
+        takeover_enabled=facts.read_only and state not in NOTHING_TO_TAKE_OVER,
+        takeover_tooltip=NOTHING_TO_TAKE_OVER.get(state, TAKEOVER_TOOLTIP),
     )
+
+
+TAKEOVER_TOOLTIP = "fence the holder: your next fit takes the run at once"
+# Monitor states in which Take over has nobody to fence, and why.
+NOTHING_TO_TAKE_OVER = {
+    "completed": (
+        "the run is completed: nothing to take over (fit on it returns the "
+        "trained model, or continues it when asked for more epochs)"
+    ),
+    "new": "nobody has taken this run yet: your fit takes it at once",
+    "dead": "no live session holds the run: your fit takes it at once",
+    "failed": "its session failed and holds nothing: your fit takes it at once",
+}
 
 
 def _progress(f: PanelFacts) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 from colab_resume.events import Event
 from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_status
-from colab_resume.panel.model import PanelFacts, view
+from colab_resume.panel.model import NOTHING_TO_TAKE_OVER, PanelFacts, event_lines, view
 from colab_resume.panel.pump import KernelPump
 from colab_resume.panel.widgets import PanelBox
 from colab_resume.report.history import HistoryReader, RunHistory
@@ -98,6 +98,11 @@ class MonitorPanel(PanelBox):
     def take_over(self) -> None:
         """Fence the holder and free the run for this notebook (after confirming)."""
         self.ask_confirmation(False)
+        self.refresh()  # the run may have ended since the panel last looked
+        why_not = NOTHING_TO_TAKE_OVER.get(_badge(self.status))
+        if why_not is not None:
+            self.say(f"not taken over: {why_not}")
+            return
         session = RunSession.open(self.storage, SessionOptions(takeover=True))
         session.close("stopped")
         self.took_over = session.lease
@@ -109,9 +114,11 @@ class MonitorPanel(PanelBox):
 
     def draw_report(self) -> None:
         from colab_resume.report.plot import render
+        from colab_resume.report.sessions import read_report
 
         try:
-            self.show_report(render(self.reader.read(), title=self.storage.url))
+            report = read_report(self.storage, self.reader)
+            self.show_report(render(report, title=self.storage.url))
         except ImportError:
             self.show_report(
                 None, "the report needs matplotlib: pip install matplotlib"
@@ -120,7 +127,7 @@ class MonitorPanel(PanelBox):
 
 def monitor_facts(status: RunStatus, history: RunHistory, now: float) -> PanelFacts:
     """What a reader of the run directory knows, as panel facts."""
-    state = STATE_BADGES.get(status.state) or (status.holder_state or "training")
+    state = _badge(status)
     mine = [p for p in history.points if p.lease == status.lease]
     rate = None
     if len(mine) >= 2 and mine[-1].time > mine[-2].time:
@@ -130,11 +137,9 @@ def monitor_facts(status: RunStatus, history: RunHistory, now: float) -> PanelFa
         for e in history.events
         if e.kind == "checkpoint.committed" and e.step == status.checkpoint_step
     ]
-    events = [
-        Event(e.time, e.kind, e.message, e.level)
-        for e in history.events
-        if e.kind not in ("checkpoint.committed",)
-    ][-6:]
+    events = event_lines(
+        Event(e.time, e.kind, e.message, e.level, e.step) for e in history.events
+    )
     series = [
         (p.step, p.metrics["loss"]) for p in history.points if "loss" in p.metrics
     ]
@@ -156,6 +161,13 @@ def monitor_facts(status: RunStatus, history: RunHistory, now: float) -> PanelFa
         detail=f"{status.state}: {status.detail}",
         read_only=True,
     )
+
+
+def _badge(status: RunStatus | None) -> str:
+    """The monitor's state: the verdict, or while alive what the holder says."""
+    if status is None:
+        return "starting"
+    return STATE_BADGES.get(status.state) or (status.holder_state or "training")
 
 
 def monitor_panel(

@@ -107,6 +107,9 @@ class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
         self.pause_button.description = v.pause_label
         for button in (self.save_button, self.pause_button, self.stop_button):
             button.disabled = not v.buttons_enabled
+        self.takeover_button.disabled = not v.takeover_enabled
+        if v.takeover_tooltip:
+            self.takeover_button.tooltip = v.takeover_tooltip
 
     def show_report(self, png: bytes | None, message: str = "") -> None:
         """Show the run report picture (or why there is none)."""

@@ -11,6 +11,7 @@ from colab_resume.report.history import (
     RunHistory,
     read_history,
 )
+from colab_resume.report.sessions import RunReport, Session, read_report
 
 
 def report_png(run_dir: str, storage_options: dict[str, Any] | None = None) -> bytes:
@@ -19,13 +20,16 @@ def report_png(run_dir: str, storage_options: dict[str, Any] | None = None) -> b
     from colab_resume.storage import Storage
 
     storage = Storage(run_dir, storage_options)
-    return render(read_history(storage), title=storage.url)
+    return render(read_report(storage), title=storage.url)
 
 
 __all__ = [
     "HistoryReader",
     "HistoryRecorder",
     "RunHistory",
+    "RunReport",
+    "Session",
     "read_history",
+    "read_report",
     "report_png",
 ]

@@ -19,8 +19,10 @@ and writes a chunk every ``flush_seconds``, soon after a checkpoint commits
 (at the next tick after the session's first commit, then at most one per
 10 s) and at the end of the session, on a background thread — never per
 step, never blocking training. A
-session that dies loses at most its last unwritten chunk: the report then
-shows that session ending at its last chunk.
+session that dies loses at most its last unwritten chunk (all of them if it
+dies before its first): the report still draws it, to the step of its last
+heartbeat, from the records every session commits
+(:mod:`colab_resume.report.sessions`).
 
 Chunks read back are untrusted: size, depth and numbers bounded by
 :meth:`Storage.read_json` (:mod:`colab_resume.storage.records`), every

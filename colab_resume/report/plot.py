@@ -1,16 +1,21 @@
 """The run report: loss over steps, one band per session, deaths and recoveries.
 
 matplotlib is imported only here, only when a report is drawn (the
-``report`` extra; Colab has it). The picture:
+``report`` extra; Colab has it). It draws a
+:class:`~colab_resume.report.sessions.RunReport`, which knows every
+session from the run directory's records, not only those with history:
 
-* each session (lease) is a shaded band over the steps it trained, its
-  loss drawn in its own colour;
-* a session that ended without stopping cleanly or completing (its last
-  recorded step is not followed by a clean end) is marked with a red ✕ —
-  a death; the steps the next session had to redo (from its restore point
-  back to the dead session's last step) are hatched as a gap;
-* in-session recoveries (accelerator lost, reconnected) are dashed lines;
-* committed checkpoints are ticks along the bottom.
+* each session (lease) that trained is a shaded band over the steps it
+  trained, from its restore point to the furthest step it reached, its
+  loss (where sampled) in its own colour; the legend says how it ended;
+* a session that died (killed, VM gone) is marked with a red ✕ at the
+  last step it reached, and the steps the next session redid (from its
+  restore point to there) are hatched;
+* a clean end is drawn as one: a grey square for ``stopped`` (``stop()``,
+  SIGTERM, Ctrl-C), an orange triangle for ``taken over``, a black ✕ for
+  ``failed``; ``completed`` needs no mark;
+* long downtimes are annotated, in-session recoveries are dashed lines,
+  committed checkpoints are ticks along the bottom.
 """
 
 from __future__ import annotations
@@ -19,36 +24,24 @@ import io
 from typing import Any
 
 from colab_resume.errors import ColabResumeError
-from colab_resume.report.history import RunHistory
+from colab_resume.report import sessions as ends
+from colab_resume.report.sessions import RunReport, Session
 
 
 class ReportNeedsMatplotlibError(ColabResumeError, ImportError):
     """Drawing the run report needs matplotlib, which is not installed."""
 
 
-CLEAN_ENDS = ("run.completed", "run.stopped", "run.stopping", "lease.fenced")
+# The mark at a session's last step, by how it ended: (marker, colour).
+END_MARKS = {
+    ends.DIED: ("x", "red"),
+    ends.STOPPED: ("s", "grey"),
+    ends.TAKEN_OVER: ("^", "darkorange"),
+    ends.FAILED_END: ("X", "black"),
+}
 
 
-def session_spans(history: RunHistory) -> list[dict[str, Any]]:
-    """Per lease: first/last step and time, and whether it ended cleanly."""
-    spans: dict[int, dict[str, Any]] = {}
-    for p in history.points:
-        span = spans.setdefault(
-            p.lease,
-            {"lease": p.lease, "first": p.step, "last": p.step, "t0": p.time},
-        )
-        span["first"] = min(span["first"], p.step)
-        span["last"] = max(span["last"], p.step)
-        span["t1"] = p.time
-    ends = {e.lease for e in history.events if e.kind in CLEAN_ENDS}
-    ordered = [spans[k] for k in sorted(spans)]
-    for i, span in enumerate(ordered):
-        span["clean"] = span["lease"] in ends
-        span["died"] = not span["clean"] and i < len(ordered) - 1
-    return ordered
-
-
-def render(history: RunHistory, *, title: str = "", metric: str = "loss") -> bytes:
+def render(report: RunReport, *, title: str = "", metric: str = "loss") -> bytes:
     """Draw the report; returns PNG bytes.
 
     Raises:
@@ -67,44 +60,27 @@ def render(history: RunHistory, *, title: str = "", metric: str = "loss") -> byt
 
     fig = Figure(figsize=(10, 4.5), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
-    spans = session_spans(history)
-    colours = [f"C{i % 10}" for i in range(len(spans))]
-    for colour, span in zip(colours, spans, strict=True):
-        ax.axvspan(span["first"], span["last"], color=colour, alpha=0.08, lw=0)
-        points = [
-            (p.step, p.metrics[metric])
-            for p in history.points
-            if p.lease == span["lease"] and metric in p.metrics
-        ]
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, color=colour, lw=1.2, label=f"session {span['lease']}")
-            if span["died"]:
-                ax.plot(xs[-1], ys[-1], "x", color="red", ms=10, mew=2)
-    for before, after in zip(spans, spans[1:], strict=False):
-        if before["died"] and after["first"] < before["last"]:
-            ax.axvspan(
-                after["first"], before["last"], color="red", alpha=0.12, hatch="//"
-            )
-        down = after["t0"] - before.get("t1", before["t0"])
-        if down > 60:
-            ax.annotate(
-                f"down {down / 60:.0f} min",
-                (after["first"], 1.0),
-                xycoords=("data", "axes fraction"),
-                fontsize=8,
-                va="top",
-            )
-    for event in history.events:
+    trained = [s for s in report.sessions if s.trained]
+    for i, session in enumerate(trained):
+        _draw_session(ax, report, session, f"C{i % 10}", metric)
+    for before, after in zip(trained, trained[1:], strict=False):
+        if before.ended_at is not None and after.started_at is not None:
+            down = after.started_at - before.ended_at
+            if down > 60 and after.first_step is not None:
+                ax.annotate(
+                    f"down {down / 60:.0f} min",
+                    (after.first_step, 1.0),
+                    xycoords=("data", "axes fraction"),
+                    fontsize=8,
+                    va="top",
+                )
+    for event in report.history.events:
         if event.kind == "recovery.started" and event.step is not None:
             ax.axvline(event.step, color="orange", ls="--", lw=1)
-    ticks = sorted(
-        {e.step for e in history.events if e.kind == "checkpoint.committed" and e.step}
-    )
-    if ticks:
+    if report.commits:
         ax.plot(
-            ticks,
-            [0.03] * len(ticks),
+            report.commits,
+            [0.03] * len(report.commits),
             "|",
             color="black",
             ms=12,
@@ -116,7 +92,7 @@ def render(history: RunHistory, *, title: str = "", metric: str = "loss") -> byt
     ax.set_xlabel("step")
     ax.set_ylabel(metric)
     ax.set_title(title or "run report")
-    if spans:
+    if trained:
         ax.legend(loc="upper right", fontsize=8)
     else:
         ax.text(
@@ -126,3 +102,33 @@ def render(history: RunHistory, *, title: str = "", metric: str = "loss") -> byt
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", bbox_inches="tight")
     return buffer.getvalue()
+
+
+def _draw_session(
+    ax: Any, report: RunReport, session: Session, colour: str, metric: str
+) -> None:
+    """One session: its band, its loss, the mark of its end, what was redone."""
+    assert session.first_step is not None and session.last_step is not None
+    ax.axvspan(session.first_step, session.last_step, color=colour, alpha=0.08, lw=0)
+    points = [
+        (p.step, p.metrics[metric])
+        for p in report.history.points
+        if p.lease == session.lease and metric in p.metrics
+    ]
+    label = session.describe()
+    if points:
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, color=colour, lw=1.2, label=label)
+        if xs[-1] < session.last_step:  # trained on, unsampled: to where it ended
+            ax.plot([xs[-1], session.last_step], [ys[-1]] * 2, color=colour, ls=":")
+        at: tuple[float, float] = (session.last_step, ys[-1])
+        transform = ax.transData
+    else:  # no samples survived: the mark sits mid-height on its last step
+        ax.plot([], [], color=colour, lw=6, alpha=0.3, label=label)
+        at = (session.last_step, 0.5)
+        transform = ax.get_xaxis_transform()
+    mark = END_MARKS.get(session.end)
+    if mark is not None:
+        ax.plot(*at, mark[0], color=mark[1], ms=10, mew=2, transform=transform)
+    if session.redone:
+        ax.axvspan(*session.redone, color="red", alpha=0.12, hatch="//", lw=0)

@@ -5,7 +5,7 @@
         [--kill-at-step N] [--unavailable-at-step N] [--epochs E] ...
         [--retry-seconds S] [--step-sleep S] [--takeover] [--run-id ID] [--plain]
         [--unseeded-shuffle] [--reset-data-fingerprints]
-        [--expiring-token] [--events EVENTS.json]
+        [--expiring-token] [--events EVENTS.json] [--tick-seconds S]
 
 Trains a small Keras model (Dense, Dropout, BatchNormalization, Adam) under a
 2-replica MirroredStrategy on CPU with op determinism, through
@@ -17,7 +17,9 @@ as a lost TPU would. ``--events`` writes every event of the agent as JSON
 when the process ends (also on an error), for chaos tests to count;
 ``--expiring-token`` authenticates with
 :class:`fake_credentials.ExpiringCredentials` (for a token-checking proxy)
-and prints how often it refreshed.
+and prints how often it refreshed. ``--tick-seconds`` spaces the agent's
+ticks (history samples and chunks): a large value makes a session killed
+mid-run leave no history chunk at all, as one killed in its first seconds.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--run-id")
     parser.add_argument("--expiring-token", action="store_true")
     parser.add_argument("--events")
+    parser.add_argument("--tick-seconds", type=float)
     return parser.parse_args()
 
 
@@ -159,6 +162,8 @@ def main() -> int:
             time.sleep(args.step_sleep)  # a slower "model": faults land mid-run
 
     agent.on_step(after_step)
+    if args.tick_seconds is not None:
+        agent.telemetry.interval = args.tick_seconds
 
     if args.loop == "fit":
         history = agent.fit(

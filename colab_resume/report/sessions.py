@@ -1,0 +1,335 @@
+"""Every session of a run and how it ended: the run report's data model.
+
+The history chunks (:mod:`colab_resume.report.history`) carry the loss
+curve, but a session writes its first chunk only at a tick after its
+first commit: one killed seconds after it started may have none, and one
+killed later has lost the samples since its last chunk. So the sessions
+themselves come from what every session commits anyway:
+
+* ``lease/N.json`` — that session existed, who it was and when it started
+  (the object's time, by the storage server's clock);
+* ``heartbeat/N.json`` — its last beat: the step it had reached, the state
+  it was in and (the object's time) when it last showed life. A clean end
+  is the last beat's state: ``stopped`` (``stop()``, SIGTERM, Ctrl-C),
+  ``completed``, ``failed``, ``fenced``; a beat that still says
+  ``training`` with a successor after it is a death;
+* ``checkpoints/`` — the committed checkpoints still there, by step and
+  lease (older ones are pruned: the history's ``checkpoint.committed``
+  events remember those);
+* the history's events — where each session resumed (``run.resumed_at``)
+  and whether its successor judged it dead or took it over.
+
+A session's furthest step is the largest its beat, its samples and its
+commits show; the steps its successor redid run from where that successor
+restored to there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from concurrent.futures import ThreadPoolExecutor
+
+from colab_resume import rundir
+from colab_resume.errors import CorruptRecordError
+from colab_resume.heartbeat.lease import read_lease
+from colab_resume.heartbeat.liveness import (
+    ALIVE,
+    COMPLETED,
+    FAILED,
+    STALLED,
+    read_status,
+)
+from colab_resume.heartbeat.records import BeatRecord, LeaseRecord, parse
+from colab_resume.listing import RunListing
+from colab_resume.report.history import HistoryReader, RunHistory
+from colab_resume.storage import ObjectInfo, Storage
+
+# How a session ended.
+RUNNING = "running"  # the holder, still beating
+DIED = "died"  # vanished without a word (SIGKILL, a VM gone)
+STOPPED = "stopped"  # stop(), SIGTERM or Ctrl-C: a final checkpoint, then out
+COMPLETED_END = "completed"
+FAILED_END = "failed"  # an error it recorded
+TAKEN_OVER = "taken over"  # fenced by a newer session while alive
+ENDS = (RUNNING, DIED, STOPPED, COMPLETED_END, FAILED_END, TAKEN_OVER)
+
+_CLEAN_BEATS = {
+    "stopped": STOPPED,
+    "completed": COMPLETED_END,
+    "failed": FAILED_END,
+    "fenced": TAKEN_OVER,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """One lease of the run, as its records show it.
+
+    Attributes:
+        lease: its lease number (sessions are numbered by it).
+        session_id, host: who it was; None where its lease is unreadable.
+        started_at: when it took the lease (storage server's clock).
+        ended_at: its last sign of life (server's clock where known).
+        first_step: the step it started training from (its restore point).
+        last_step: the furthest step it is known to have reached.
+        commits: steps of the checkpoints it committed, as far as known.
+        end: one of :data:`ENDS`.
+        error: what it failed with (``end == "failed"``).
+        redone: ``(from, to)``: the steps the next session trained again,
+            from its restore point to this session's last step.
+    """
+
+    lease: int
+    session_id: str | None = None
+    host: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+    commits: tuple[int, ...] = ()
+    end: str = DIED
+    error: str | None = None
+    redone: tuple[int, int] | None = None
+
+    @property
+    def trained(self) -> bool:
+        """It trained at least from a known step (a Take over lease did not)."""
+        return self.first_step is not None and self.last_step is not None
+
+    @property
+    def died(self) -> bool:
+        return self.end == DIED
+
+    def describe(self) -> str:
+        """``session 1: died at step 46 (steps 40-46 redone)``."""
+        text = f"session {self.lease}: {self.end}"
+        if self.last_step is not None and self.end != RUNNING:
+            text += f" at step {self.last_step}"
+        if self.redone:
+            text += f" (steps {self.redone[0]}-{self.redone[1]} redone)"
+        return text
+
+
+@dataclasses.dataclass
+class RunReport:
+    """What the report draws: the history plus every session.
+
+    Attributes:
+        url: the run directory.
+        history: the samples and events of the history chunks.
+        sessions: every lease, ascending.
+        commits: every committed step known (checkpoints and history).
+        problems: damaged records, named; never raised.
+    """
+
+    url: str
+    history: RunHistory
+    sessions: list[Session]
+    commits: list[int]
+    problems: list[str]
+
+    @property
+    def deaths(self) -> list[Session]:
+        return [s for s in self.sessions if s.died]
+
+    @property
+    def redone_steps(self) -> int:
+        return sum(s.redone[1] - s.redone[0] for s in self.sessions if s.redone)
+
+
+@dataclasses.dataclass
+class _Records:
+    """What the run directory holds about one lease."""
+
+    lease: int
+    record: LeaseRecord | None = None
+    taken_at: float | None = None  # lease object's time (server clock)
+    beat: BeatRecord | None = None
+    beat_at: float | None = None  # heartbeat object's time (server clock)
+    commits: set[int] = dataclasses.field(default_factory=set)
+
+
+def read_report(storage: Storage, reader: HistoryReader | None = None) -> RunReport:
+    """Read every session of the run in ``storage`` (damage is a problem, never raised).
+
+    Args:
+        storage: the run directory.
+        reader: a history reader to reuse (it fetches only new chunks).
+    """
+    history = (reader or HistoryReader(storage)).read()
+    problems = list(history.problems)
+    try:
+        listing = RunListing.read(storage)
+    except CorruptRecordError as exc:  # an absurd lease: draw the history alone
+        problems.append(str(exc))
+        listing = RunListing(url=storage.url, leases=(), checkpoints=())
+    beats_at = {
+        info.path: info.updated for info in storage.list(rundir.HEARTBEAT_DIR + "/")
+    }
+
+    def records(lease: tuple[int, ObjectInfo]) -> tuple[_Records, list[str]]:
+        return _read_records(storage, *lease, beats_at)
+
+    leases: dict[int, _Records] = {}
+    with ThreadPoolExecutor(max(1, min(16, len(listing.leases)))) as pool:
+        for found, trouble in pool.map(records, listing.leases):
+            leases[found.lease] = found
+            problems += trouble
+    for entry in listing.committed:
+        if entry.name.lease in leases:
+            leases[entry.name.lease].commits.add(entry.name.step)
+    # A lease the history knows but the listing lacks (its record lost) is
+    # still a session.
+    for number in {p.lease for p in history.points} | set(history.sessions):
+        leases.setdefault(number, _Records(number))
+    for event in history.events:
+        if event.kind == "checkpoint.committed" and event.step is not None:
+            leases.setdefault(event.lease, _Records(event.lease)).commits.add(
+                event.step
+            )
+    holder = read_status(storage, listing=listing) if listing.leases else None
+    sessions = _sessions(leases, history, holder.state if holder else None)
+    commits = {step for found in leases.values() for step in found.commits}
+    # Where a session resumed was committed, even if pruned since.
+    commits |= {s.first_step for s in sessions if s.first_step}
+    return RunReport(storage.url, history, sessions, sorted(commits), problems)
+
+
+def _read_records(
+    storage: Storage, number: int, info: ObjectInfo, beats_at: dict[str, float]
+) -> tuple[_Records, list[str]]:
+    """Lease ``number``'s record and last beat; damage becomes a problem."""
+    found, problems = _Records(number, taken_at=info.updated), []
+    try:
+        found.record = read_lease(storage, number, info.path)
+    except (CorruptRecordError, FileNotFoundError) as exc:
+        problems.append(str(exc))
+    path = rundir.heartbeat_path(number)
+    if path in beats_at:
+        found.beat_at = beats_at[path]
+        try:
+            where = f"{storage.url}/{path}"
+            found.beat = parse(BeatRecord, storage.read_json(path), where)
+        except (CorruptRecordError, FileNotFoundError) as exc:
+            problems.append(str(exc))
+    return found, problems
+
+
+def _sessions(
+    leases: dict[int, _Records], history: RunHistory, verdict: str | None
+) -> list[Session]:
+    numbers = sorted(leases)
+    firsts: dict[int, int | None] = {}
+    committed_before = 0  # the newest commit of the leases before, for inference
+    for number in numbers:
+        firsts[number] = _first_step(leases[number], history, committed_before)
+        committed_before = max([committed_before, *leases[number].commits])
+    sessions = []
+    for i, number in enumerate(numbers):
+        found = leases[number]
+        successor = leases.get(numbers[i + 1]) if i + 1 < len(numbers) else None
+        last = _last_step(found, history)
+        first = firsts[number]
+        if first is not None and last is None:
+            last = first
+        if last is not None and first is not None and last < first:
+            last = first
+        later = [firsts[n] for n in numbers[i + 1 :] if firsts[n] is not None]
+        restart = later[0] if later else None  # where the next trainer restored
+        redone = None
+        if restart is not None and last is not None and restart < last:
+            redone = (restart, last)
+        beat = found.beat
+        sessions.append(
+            Session(
+                lease=number,
+                session_id=found.record.session_id if found.record else None,
+                host=found.record.host if found.record else None,
+                started_at=found.taken_at,
+                ended_at=_ended_at(found, history),
+                first_step=first,
+                last_step=last if first is not None else None,
+                commits=tuple(sorted(found.commits)),
+                end=_end(found, successor, history, verdict),
+                error=beat.error if beat is not None else None,
+                redone=redone if first is not None else None,
+            )
+        )
+    return sessions
+
+
+def _first_step(found: _Records, history: RunHistory, committed: int) -> int | None:
+    """Where the session started training: its own word, else inferred.
+
+    Restore takes the newest committed checkpoint, so a session that left
+    no history started from the newest commit of the sessions before it.
+    A session with no step at all (a Take over lease, one that failed
+    before training) did not train.
+    """
+    mine = [e for e in history.events if e.lease == found.lease]
+    for kind in ("run.resumed_at", "checkpoint.restored"):
+        steps = [e.step for e in mine if e.kind == kind and e.step is not None]
+        if steps:
+            return steps[0]
+    steps = [p.step for p in history.points if p.lease == found.lease]
+    beat_step = found.beat.step if found.beat is not None else None
+    if not steps and beat_step is None and not found.commits:
+        return None
+    if any(e.kind == "lease.taken" for e in mine):
+        return 0  # its first chunk is here and it restored nothing
+    return committed
+
+
+def _last_step(found: _Records, history: RunHistory) -> int | None:
+    steps = [p.step for p in history.points if p.lease == found.lease]
+    steps += list(found.commits)
+    if found.beat is not None and found.beat.step is not None:
+        steps.append(found.beat.step)
+    return max(steps) if steps else None
+
+
+def _ended_at(found: _Records, history: RunHistory) -> float | None:
+    if found.beat_at is not None:
+        return found.beat_at
+    times = [p.time for p in history.points if p.lease == found.lease]
+    times += [e.time for e in history.events if e.lease == found.lease]
+    return max(times) if times else found.taken_at
+
+
+def _end(
+    found: _Records,
+    successor: _Records | None,
+    history: RunHistory,
+    verdict: str | None,
+) -> str:
+    """How the session ended; see the module docstring."""
+    beat = found.beat
+    if beat is not None and beat.state in _CLEAN_BEATS:
+        return _CLEAN_BEATS[beat.state]
+    mine = {e.kind for e in history.events if e.lease == found.lease}
+    if "lease.fenced" in mine:
+        return TAKEN_OVER
+    if "run.completed" in mine:
+        return COMPLETED_END
+    if successor is None:  # the holder: judged as status judges it
+        if verdict in (ALIVE, STALLED):
+            return RUNNING
+        if verdict == COMPLETED:
+            return COMPLETED_END
+        return FAILED_END if verdict == FAILED else DIED
+    theirs = {e.kind for e in history.events if e.lease == successor.lease}
+    if "lease.takeover" in theirs:
+        return TAKEN_OVER
+    if "lease.previous_dead" in theirs:
+        return DIED
+    # The successor left no word: was this session still beating when the
+    # next lease was taken (a takeover) or silent for longer (dead)? Both
+    # times are the storage server's.
+    if (
+        found.beat_at is not None
+        and successor.taken_at is not None
+        and found.record is not None
+        and successor.taken_at - found.beat_at < found.record.dead_after_seconds
+    ):
+        return TAKEN_OVER
+    return DIED
