@@ -7,8 +7,9 @@ The story, in real processes on a local run directory, on the CPU with a
 2. A second process trains the same model into a fresh run directory,
    checkpointing every 10 steps and beating every 0.5 s.
 3. Mid-run it is killed with SIGKILL, as a Colab VM vanishes: no cleanup,
-   no last words. ``inspect`` reports the run DEAD once the heartbeat is
-   older than ``dead_after_seconds``.
+   no last words. ``inspect`` reports the run DEAD at once: on this
+   machine the killed process is provably gone (from another machine, once
+   the heartbeat is older than ``dead_after_seconds``).
 4. A new process runs the same training code again: it takes the run over,
    restores the last committed checkpoint, repositions the data and
    finishes — with final weights bitwise equal to the reference.

@@ -8,6 +8,7 @@ every model and optimizer variable bitwise equal to an uninterrupted run.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 
@@ -65,15 +66,25 @@ def test_fit_killed_during_an_upload_resumes_bitwise(
 ):
     out = str(tmp_path / "w.npz")
     # Step 15 is a save step: the kill lands while that checkpoint uploads.
+    # Beats of 10 s (the default): the rerun, on the same machine, must not
+    # wait out their 30 s of silence, since the killed process is provably gone.
     killed = train(
-        gcs_run_dir, out, "--kill-at-step", "15", endpoint=emulator.url, expect_rc=-9
+        gcs_run_dir,
+        out,
+        *("--kill-at-step", "15", "--heartbeat-seconds", "10"),
+        endpoint=emulator.url,
+        expect_rc=-9,
     )
     assert "KILLING at step 15" in killed.stdout
-    resumed = train(gcs_run_dir, out, endpoint=emulator.url)
+    events = str(tmp_path / "events.json")
+    resumed = train(gcs_run_dir, out, "--events", events, endpoint=emulator.url)
     # Resumed from step 15 if its upload had committed, else from step 10.
     assert steps_here(resumed) in (TOTAL_STEPS - 15, TOTAL_STEPS - 10)
     assert "HISTORY [0, 1, 2]" in resumed.stdout  # History spans the restart
     assert_bitwise_equal(reference_fit, out)
+    kinds = {e["kind"]: e for e in json.loads(open(events).read())}
+    assert kinds["lease.previous_dead"]["data"]["process_gone"] is True
+    assert "lease.waiting" not in kinds
 
 
 def test_fit_recovers_from_a_lost_accelerator_in_session(

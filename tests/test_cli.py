@@ -27,8 +27,12 @@ def endpoint_args(emulator) -> list[str]:
 
 
 def test_status_json_says_dead_after_the_holder_is_killed(gcs_run_dir, emulator):
+    # On another VM: DEAD by silence (tests/test_same_host_death.py: at once
+    # when the holder's process is provably gone on this host).
     proc = holder(
-        gcs_run_dir, emulator.url, "--heartbeat", "0.3", "--dead-after", "1.5"
+        gcs_run_dir,
+        emulator.url,
+        *("--heartbeat", "0.3", "--dead-after", "1.5", "--identity", "other-boot"),
     )
     proc.expect("READY")
     alive = run_cli("status", gcs_run_dir, "--json", *endpoint_args(emulator))
@@ -106,11 +110,13 @@ def test_watch_exits_3_on_dead_and_alerts_without_a_shell(
         on_dead,
         *endpoint_args(emulator),
     )
+    watcher.expect("ALIVE", timeout=30)
     time.sleep(1.0)  # a second of a live run: watch must not end in it
     assert watcher.alive  # still watching a live run
+    # Killed on this host: DEAD at the next poll (the process is gone).
     proc.kill()
     out = watcher.finish(expect_rc=3, timeout=30).stdout
-    assert "ALIVE" in out and "DEAD" in out
+    assert "ALIVE" in out and "DEAD" in out and "is gone" in out
     env = json.loads(facts.read_text())
     assert env["COLAB_RESUME_STATE"] == "DEAD"
     assert env["COLAB_RESUME_LEASE"] == "1"

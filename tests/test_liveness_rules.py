@@ -132,3 +132,55 @@ def test_local_run_directory_round_trip(tmp_path):
     assert (status.state, status.step, status.accelerator) == ("ALIVE", 3, "cpu")
     session.close()
     assert cr.inspect(url).holder_state == "stopped"
+
+
+def test_proof_of_death_is_dead_but_failed_and_completed_still_say_more():
+    gone = "holder process 7 on this host is gone"
+    judged = dict(lease=LEASE, age=1.0, dead_after=120.0, stall_after=600.0, gone=gone)
+    assert liveness.judge(done=False, beat=beat(), **judged) == (
+        "DEAD",
+        f"{gone}; the run can be taken at once",
+    )
+    failed = beat(state="failed", error="OOM")
+    assert liveness.judge(done=False, beat=failed, **judged)[0] == "FAILED"
+    assert liveness.judge(done=True, beat=beat(), **judged)[0] == "COMPLETED"
+
+
+IDENTITY = {
+    "boot_id": "e37e45c1-7c38-4b14-8421-8666929b34de",
+    "pid_namespace": 4026531836,
+    "start_ticks": 1217988,
+}
+
+
+def test_lease_identity_is_read_and_older_leases_without_it_still_are():
+    record = parse(LeaseRecord, {**to_json(LEASE), **IDENTITY}, "lease")
+    assert (record.boot_id, record.pid_namespace, record.start_ticks) == tuple(
+        IDENTITY.values()
+    )
+    old = to_json(LEASE)
+    for name in IDENTITY:
+        del old[name]  # as versions before the identity wrote it
+    record = parse(LeaseRecord, old, "lease")
+    assert (record.boot_id, record.pid_namespace, record.start_ticks) == (None,) * 3
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("boot_id", "not-a-uuid", "not of the form"),
+        ("boot_id", "E37E45C1-7C38-4B14-8421-8666929B34DE\n", "not of the form"),
+        ("boot_id", 12345, "expected"),
+        ("pid_namespace", 0, "outside"),
+        ("pid_namespace", -4, "outside"),
+        ("pid_namespace", 4.5, "expected"),
+        ("pid_namespace", True, "expected"),
+        ("start_ticks", -1, "outside"),
+        ("start_ticks", "1217988", "expected"),
+        ("pid", 2**40, "outside"),
+    ],
+)
+def test_lease_identity_from_storage_is_untrusted(field, value, message):
+    data = {**to_json(LEASE), **IDENTITY, field: value}
+    with pytest.raises(CorruptRecordError, match=f"'{field}'.*{message}"):
+        parse(LeaseRecord, data, "lease/00000001.json")

@@ -70,7 +70,7 @@ def test_badges(state, badge, enabled, pause):
 
 def test_waiting_shows_a_countdown_and_monitor_has_no_steering():
     v = view(PanelFacts(state="waiting", now=0.0, waiting_left_s=42.4))
-    assert v.badge == "waiting for a dead session (42s)"
+    assert v.badge == "previous session silent: taking over in 42s"
     assert not view(PanelFacts(state="training", now=0, read_only=True)).buttons_enabled
 
 

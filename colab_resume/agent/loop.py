@@ -137,6 +137,7 @@ class RunLoop:
                 expected_run_id=self.options.run_id,
             ),
             events=self.events,
+            on_countdown=self.progress.countdown,
         )
         connection = self.connection
         session.update(accelerator=connection.label if connection else None)

@@ -7,7 +7,11 @@ import difflib
 from typing import Any
 
 from colab_resume.checkpoint.triggers import DEFAULT_LIFETIME_SECONDS
-from colab_resume.heartbeat.session import RUN_ID_PATTERN
+from colab_resume.heartbeat.session import (
+    BEATS_BEFORE_DEAD,
+    DEFAULT_HEARTBEAT_SECONDS,
+    RUN_ID_PATTERN,
+)
 from colab_resume.validate import check_bool, check_int, check_seconds
 
 
@@ -20,9 +24,11 @@ class AgentOptions:
         save_every_seconds: checkpoint every T seconds (None: no time trigger).
         keep: newest committed checkpoints to keep.
         keep_every_steps: also keep every checkpoint at a multiple of this.
-        heartbeat_seconds: interval between heartbeats.
+        heartbeat_seconds: interval between heartbeats (10: a rerun on a
+            new VM waits at most 40 s after a silent death).
         dead_after_seconds: silence after which a holder is dead
-            (None: 4 heartbeats).
+            (None: 4 heartbeats). A rerun on the holder's own host does not
+            wait when the holder's process is gone.
         stall_after_seconds: time without step progress reported as STALLED.
         takeover: take the run even from a live session (it gets fenced).
         storage_options: passed to fsspec (``token=``, ``endpoint_url=``...).
@@ -54,7 +60,7 @@ class AgentOptions:
     save_every_seconds: float | None = 600.0
     keep: int = 3
     keep_every_steps: int | None = None
-    heartbeat_seconds: float = 30.0
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
     dead_after_seconds: float | None = None
     stall_after_seconds: float = 600.0
     takeover: bool = False
@@ -111,7 +117,8 @@ class AgentOptions:
                 f"dead_after_seconds ({self.dead_after_seconds:g}) must be longer "
                 f"than heartbeat_seconds ({self.heartbeat_seconds:g}), or a live "
                 f"session would look dead between two beats; e.g. "
-                f"dead_after_seconds={4 * self.heartbeat_seconds:g} (4 beats), or "
+                f"dead_after_seconds={BEATS_BEFORE_DEAD * self.heartbeat_seconds:g} "
+                f"({BEATS_BEFORE_DEAD} beats), or "
                 f"None for that default."
             )
         if self.storage_options is not None and not isinstance(

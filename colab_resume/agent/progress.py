@@ -174,6 +174,17 @@ class ProgressTracker:
         self._waiting = None
         self.force()
 
+    def countdown(self, seconds_left: float, holder: str) -> None:
+        """While the run waits on a silent holder, at every poll (~2 s).
+
+        The seconds left show in the snapshot (``waiting_left_s``), and a
+        displayed panel redraws now: the loop is inside the wait, so no
+        step ticks it.
+        """
+        self._waiting = (seconds_left, self._wall())
+        if self.listeners and threading.current_thread() is self._owner:
+            self.tick()
+
     def finish(self) -> None:
         """Training ended (any way): last refresh, last history chunk."""
         try:

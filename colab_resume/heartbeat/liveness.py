@@ -1,9 +1,14 @@
-"""Is the run alive? The verdict, judged from storage alone (docs/DESIGN.md §4).
+"""Is the run alive? The verdict, judged from storage (docs/DESIGN.md §4).
 
 Ages are measured between two readings of the *storage server's* clock:
 the heartbeat object's ``updated`` time and the server's "now". The
 reader's own clock never enters, so a laptop whose clock is minutes off
 reaches the same verdict as the training VM.
+
+One fact comes from the reader's machine instead: a reader on the
+holder's own host can prove the holder's process gone
+(:mod:`colab_resume.heartbeat.process`), and then the holder is DEAD at
+once, whatever its last beat said.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError
+from colab_resume.heartbeat import process
 from colab_resume.heartbeat.lease import read_lease
 from colab_resume.heartbeat.records import BeatRecord, LeaseRecord, parse
 from colab_resume.listing import Lease, RunListing, read_leases
@@ -31,7 +37,8 @@ FAILED = "FAILED"
 STATES = (NEW, ALIVE, STALLED, DEAD, COMPLETED, FAILED)
 
 # Defaults when the holder's lease is unreadable (damage): its own promise
-# is unknown, so the protocol's defaults apply.
+# is unknown. Deliberately the old default's 4 beats of 30 s, longer than
+# today's: the holder may be an older version that beats that slowly.
 DEFAULT_DEAD_AFTER_S = 120.0
 DEFAULT_STALL_AFTER_S = 600.0
 # The object stamps and "now" come from one clock, so a stamp this far
@@ -85,6 +92,7 @@ def judge(
     age: float | None,
     dead_after: float,
     stall_after: float,
+    gone: str | None = None,
 ) -> tuple[str, str]:
     """The verdict and its one-line reason. Pure; see the module docstring.
 
@@ -95,6 +103,8 @@ def judge(
         age: seconds since the last sign of life (beat, else lease).
         dead_after: silence that makes the holder dead.
         stall_after: time without step progress that makes it stalled.
+        gone: proof that the holder's process no longer runs
+            (:func:`~colab_resume.heartbeat.process.proof_of_death`).
     """
     if done:
         return COMPLETED, "training finished (DONE.json written)"
@@ -107,6 +117,8 @@ def judge(
         )
     if beat is not None and beat.state in ("stopped", "completed"):
         return DEAD, "the holder stopped cleanly; the run can be taken at once"
+    if gone is not None:
+        return DEAD, f"{gone}; the run can be taken at once"
     if age > dead_after:
         silence = f"{age:.0f}s" if age != float("inf") else "a trustworthy time"
         return DEAD, f"no heartbeat for {silence} (dead after {dead_after:.0f}s)"
@@ -203,6 +215,8 @@ def read_status(
 ) -> RunStatus:
     """Judge the run in ``storage``; thresholds default to the holder's own.
 
+    On the holder's own host a holder whose process is gone is DEAD at once.
+
     Args:
         storage: the run directory.
         dead_after_seconds: silence that makes the holder dead.
@@ -234,6 +248,7 @@ def read_status(
         age=age,
         dead_after=dead_after,
         stall_after=stall_after,
+        gone=process.proof_of_death(record, process.this_process()),
     )
     if problems:
         detail += "; " + "; ".join(problems)

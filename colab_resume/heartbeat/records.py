@@ -2,9 +2,10 @@
 
 Records read back from storage are untrusted input: another version of
 this package, a person with an editor, or damage may have written them.
-:func:`parse` checks every field's type, and every number against
-:data:`RANGES`, and raises :class:`~colab_resume.errors.CorruptRecordError`
-naming the object and the field, instead of letting a ``KeyError`` escape
+:func:`parse` checks every field's type, every number against
+:data:`RANGES` and every fixed-form string against :data:`PATTERNS`, and
+raises :class:`~colab_resume.errors.CorruptRecordError` naming the object
+and the field, instead of letting a ``KeyError`` escape
 from deep inside — or a lease that promises to beat once a century keep
 its run ALIVE forever. String fields are cut to
 :data:`~colab_resume.storage.records.MAX_TEXT_CHARS` characters.
@@ -13,6 +14,7 @@ its run ALIVE forever. String fields are cut to
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from typing import Any, TypeVar
@@ -48,9 +50,19 @@ RANGES: dict[str, tuple[float, float]] = {
     "lease": (0, rundir.MAX_LEASE),
     "took_over_from": (0, rundir.MAX_LEASE),
     "pid": (0, 2**31),
+    "pid_namespace": (1, MAX_INT),
+    "start_ticks": (0, MAX_INT),
     "beat": (0, MAX_INT),
     "step": (0, MAX_INT),
     "checkpoint_step": (0, MAX_INT),
+}
+
+# Text fields with a fixed form; anything else is damage. A boot id is the
+# kernel's UUID (lower-case, as /proc/sys/kernel/random/boot_id prints it).
+PATTERNS: dict[str, re.Pattern[str]] = {
+    "boot_id": re.compile(
+        r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    ),
 }
 
 # Holder states written into beats. Liveness (ALIVE, DEAD, ...) is judged
@@ -81,7 +93,11 @@ class LeaseRecord:
     """``lease/NNNNNNNN.json``: one per session that took the run.
 
     The timing settings are recorded so a reader anywhere judges liveness
-    with the thresholds the holder promised to meet.
+    with the thresholds the holder promised to meet. ``boot_id``,
+    ``pid_namespace`` and ``start_ticks`` (with ``host`` and ``pid``) name
+    the holder's process exactly, so a reader on the same machine can prove
+    it gone (:mod:`colab_resume.heartbeat.process`); they are None where the
+    holder had no ``/proc``, and absent from leases of older versions.
     """
 
     lease: int
@@ -94,6 +110,9 @@ class LeaseRecord:
     dead_after_seconds: float
     stall_after_seconds: float
     took_over_from: int | None = None
+    boot_id: str | None = None
+    pid_namespace: int | None = None
+    start_ticks: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -158,6 +177,13 @@ def parse(cls: type[R], data: dict[str, Any], where: str) -> R:
                 value, where, field.name, low=low, high=high, integer=integer
             )
             value = value if integer else float(value)
+        if isinstance(value, str) and field.name in PATTERNS:
+            if not PATTERNS[field.name].fullmatch(value):
+                raise CorruptRecordError(
+                    f"{where}: field {field.name!r} is {short(value)}, not of the "
+                    f"form colab_resume writes. The record is damaged or hostile; "
+                    f"delete it."
+                )
         if isinstance(value, str):
             value = text(value)
         values[field.name] = value

@@ -2,11 +2,12 @@
 
 A :class:`RunSession` is one process's claim on a run directory:
 
-1. It reads the highest lease. If that holder's last beat is recent it
-   *watches*: a new beat means the run is alive (refuse, unless
-   ``takeover``); silence for ``dead_after_seconds`` means it is dead.
-   A countdown is reported while it waits. A refused session writes
-   nothing.
+1. It reads the highest lease. A holder on this host whose process is
+   gone is dead at once (:mod:`~colab_resume.heartbeat.process`). Else, if
+   the holder's last beat is recent, it *watches*: a new beat means the
+   run is alive (refuse, unless ``takeover``); silence for
+   ``dead_after_seconds`` means it is dead. A countdown is reported while
+   it waits. A refused session writes nothing.
 2. It creates ``run.json`` (first session only) and the next lease,
    create-only; of several sessions racing, exactly one wins.
 3. It beats in the background and checks for a newer lease before every
@@ -29,7 +30,7 @@ from colab_resume import rundir
 from colab_resume._version import __version__
 from colab_resume.errors import FencedError, RunInUseError, RunMismatchError
 from colab_resume.events import EventLog
-from colab_resume.heartbeat import liveness
+from colab_resume.heartbeat import liveness, process
 from colab_resume.heartbeat.lease import take_lease
 from colab_resume.heartbeat.records import (
     MAX_DEAD_AFTER_SECONDS,
@@ -45,7 +46,15 @@ from colab_resume.validate import check_bool, check_seconds
 
 log = logging.getLogger(__name__)
 
+# 10 s beats, dead after 4 (40 s): a rerun on a new VM waits at most 40 s
+# after a silent death, and a holder survives 3 lost beats (each retried
+# for one interval) before it is judged dead. See README "Heartbeats" for
+# what the beats cost.
+DEFAULT_HEARTBEAT_SECONDS = 10.0
 BEATS_BEFORE_DEAD = 4
+# While waiting on a silent holder: a log line this often (or 4 per wait,
+# if the wait is shorter), so the countdown shows without flooding.
+REPORT_EVERY_SECONDS = 5.0
 # A run id lands in run.json and in messages: keep it plain.
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -65,7 +74,7 @@ class SessionOptions:
             another run; a new run directory gets this id.
     """
 
-    heartbeat_seconds: float = 30.0
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
     dead_after_seconds: float | None = None
     stall_after_seconds: float = 600.0
     takeover: bool = False
@@ -73,7 +82,9 @@ class SessionOptions:
 
     def __post_init__(self) -> None:
         check_seconds(
-            "heartbeat_seconds", self.heartbeat_seconds, hint="30 is a good default."
+            "heartbeat_seconds",
+            self.heartbeat_seconds,
+            hint=f"{DEFAULT_HEARTBEAT_SECONDS:g} is a good default.",
         )
         check_seconds("dead_after_seconds", self.dead_after_seconds, optional=True)
         if self.dead_after_seconds is not None and not (
@@ -161,8 +172,19 @@ class RunSession:
         events: EventLog | None = None,
         on_countdown: CountdownHook | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        identity: Callable[[], process.ProcessIdentity | None] = process.this_process,
     ) -> RunSession:
         """Take the run in ``storage`` and start beating.
+
+        Args:
+            storage: the run directory.
+            options: how to beat and judge the previous holder.
+            events: where the wait, the takeover and the lease are reported.
+            on_countdown: called with (seconds left, holder) at every poll
+                while waiting on a silent holder.
+            sleep: how to wait between polls.
+            identity: this process as the lease will name it (for tests
+                that play a holder on another machine).
 
         Raises:
             RunInUseError: a live session holds the run and ``takeover`` is off.
@@ -173,12 +195,15 @@ class RunSession:
         events = events or EventLog()
         storage.check()
         holder = liveness.read_holder(storage)
+        here = identity()
         took_over_from = None
         if holder.lease and options.expected_run_id:
             # Refuse another run's directory before waiting on its holder.
             _ensure_run_record(storage, options, fresh=False)
         if holder.lease:
-            _wait_for_verdict(storage, holder, options, events, on_countdown, sleep)
+            _wait_for_verdict(
+                storage, holder, options, events, on_countdown, sleep, here
+            )
             took_over_from = holder.lease
         run = _ensure_run_record(storage, options, fresh=not holder.lease)
         record = LeaseRecord(
@@ -192,6 +217,9 @@ class RunSession:
             dead_after_seconds=options.dead_after,
             stall_after_seconds=options.stall_after_seconds,
             took_over_from=took_over_from,
+            boot_id=here.boot_id if here else None,
+            pid_namespace=here.pid_namespace if here else None,
+            start_ticks=here.start_ticks if here else None,
         )
         take_lease(storage, record)
         events.emit(
@@ -320,8 +348,13 @@ def _wait_for_verdict(
     events: EventLog,
     on_countdown: CountdownHook | None,
     sleep: Callable[[float], None],
+    here: process.ProcessIdentity | None,
 ) -> None:
-    """Return when the current holder may be replaced; raise RunInUseError if not."""
+    """Return when the current holder may be replaced; raise RunInUseError if not.
+
+    Checked at every poll: a holder on this host whose process is gone is
+    dead at once, even one that was still running when the wait began.
+    """
     record = holder.lease_record
     dead_after = options.dead_after_seconds or (
         record.dead_after_seconds if record else options.dead_after
@@ -333,11 +366,13 @@ def _wait_for_verdict(
     )
     stall_after = record.stall_after_seconds if record else options.stall_after_seconds
     poll = min(2.0, max(0.1, dead_after / 20))
+    report_every = min(REPORT_EVERY_SECONDS, dead_after / 4)
     first_sign = holder.last_sign
     next_report = float("inf")
     while True:
         age, _ = liveness.sign_age(holder, storage.server_time())
         age = age if age is not None else float("inf")
+        gone = process.proof_of_death(holder.lease_record, here)
         state, detail = liveness.judge(
             done=False,
             lease=record,
@@ -345,12 +380,15 @@ def _wait_for_verdict(
             age=age,
             dead_after=dead_after,
             stall_after=stall_after,
+            gone=gone,
         )
         if state in (liveness.DEAD, liveness.FAILED):
             events.emit(
                 "lease.previous_dead",
                 f"{who} is {state}: {detail}; taking over",
                 lease=holder.lease,
+                reason=detail,
+                process_gone=gone is not None,
             )
             return
         if options.takeover:
@@ -372,8 +410,8 @@ def _wait_for_verdict(
         left = dead_after - age
         if on_countdown is not None:
             on_countdown(left, who)
-        if left <= next_report:  # an event every ~10 s, not every poll
-            next_report = left - 10.0
+        if left <= next_report:  # an event every few seconds, not every poll
+            next_report = left - report_every
             events.emit(
                 "lease.waiting",
                 f"{who} beat {age:.0f}s ago; waiting up to {left:.0f}s for "

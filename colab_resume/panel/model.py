@@ -130,7 +130,8 @@ def view(facts: PanelFacts) -> PanelView:
     state = facts.state if facts.state in BADGE_COLOURS else "starting"
     badge = state
     if state == "waiting" and facts.waiting_left_s is not None:
-        badge = f"waiting for a dead session ({max(0, facts.waiting_left_s):.0f}s)"
+        left = max(0, facts.waiting_left_s)
+        badge = f"previous session silent: taking over in {left:.0f}s"
     return PanelView(
         badge=badge,
         badge_colour=BADGE_COLOURS[state],

@@ -18,6 +18,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from colab_resume import procfs
+
 # Distribution names TensorFlow is shipped under, most specific first.
 TENSORFLOW_DISTRIBUTIONS = (
     "tensorflow-tpu",
@@ -45,30 +47,12 @@ class VMAge:
     source: str
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def _pid1_start_epoch(proc_root: str, ticks_per_second: float) -> float | None:
-    stat = _read(os.path.join(proc_root, "1", "stat"))
-    boot = _read(os.path.join(proc_root, "stat"))
-    if stat is None or boot is None:
+    pid1 = procfs.stat(1, proc_root=proc_root)
+    booted = procfs.boot_time(proc_root=proc_root)
+    if pid1 is None or booted is None:
         return None
-    # The command name (field 2) may contain spaces; fields after the last ')'
-    # start at field 3, so starttime (field 22) is index 19 there.
-    fields = stat.rsplit(")", 1)[-1].split()
-    btime = next(
-        (line.split()[1] for line in boot.splitlines() if line.startswith("btime ")),
-        None,
-    )
-    try:
-        return float(btime) + int(fields[19]) / ticks_per_second  # type: ignore[arg-type]
-    except (TypeError, ValueError, IndexError):
-        return None
+    return booted + pid1.start_ticks / ticks_per_second
 
 
 def vm_age(
@@ -92,7 +76,7 @@ def vm_age(
     started = _pid1_start_epoch(proc_root, ticks_per_second)
     if started is not None:
         return VMAge(max(0.0, clock() - started), "pid1")
-    uptime = _read(os.path.join(proc_root, "uptime"))
+    uptime = procfs.read_text(os.path.join(proc_root, "uptime"))
     try:
         return VMAge(float(uptime.split()[0]), "uptime")  # type: ignore[union-attr]
     except (AttributeError, ValueError, IndexError):
@@ -101,7 +85,7 @@ def vm_age(
 
 def host_memory_bytes(*, proc_root: str = "/proc") -> int | None:
     """Total memory of this machine from ``/proc/meminfo``, or None."""
-    meminfo = _read(os.path.join(proc_root, "meminfo")) or ""
+    meminfo = procfs.read_text(os.path.join(proc_root, "meminfo")) or ""
     for line in meminfo.splitlines():
         if line.startswith("MemTotal:"):
             parts = line.split()

@@ -5,14 +5,21 @@
 Modes: ``train`` advances the step; ``stall`` beats without progress;
 ``race`` tries to take the run once and reports WON or LOST (for lease
 races). Prints ``READY <lease>`` once it holds the run.
+
+``--identity`` is what its lease says about its process: ``real`` (this
+process, so a reader on this machine can prove it gone), ``other-boot``
+(the same, but another boot id: a holder on another VM), ``none`` (no
+identity: an older version, or a holder without ``/proc``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
+import uuid
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
@@ -27,6 +34,9 @@ def main() -> int:
     parser.add_argument("--mode", choices=["train", "stall", "race"], default="train")
     parser.add_argument("--takeover", action="store_true")
     parser.add_argument(
+        "--identity", choices=["real", "other-boot", "none"], default="real"
+    )
+    parser.add_argument(
         "--start-at",
         type=float,
         default=None,
@@ -36,7 +46,16 @@ def main() -> int:
 
     from colab_resume.errors import LeaseRaceError, RunInUseError
     from colab_resume.heartbeat import RunSession, SessionOptions
+    from colab_resume.heartbeat.process import ProcessIdentity, this_process
     from colab_resume.storage import Storage
+
+    def identity() -> ProcessIdentity | None:
+        real = this_process()
+        if args.identity == "none" or real is None:
+            return None
+        if args.identity == "other-boot":
+            return dataclasses.replace(real, boot_id=str(uuid.uuid4()))
+        return real
 
     options = (
         {"token": "anon", "endpoint_url": args.endpoint} if args.endpoint else None
@@ -52,7 +71,7 @@ def main() -> int:
     if args.start_at:
         time.sleep(max(0.0, args.start_at - time.time()))
     try:
-        session = RunSession.open(storage, session_options)
+        session = RunSession.open(storage, session_options, identity=identity)
     except (LeaseRaceError, RunInUseError) as exc:
         print(f"LOST {type(exc).__name__}: {exc}", flush=True)
         return 0
