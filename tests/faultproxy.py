@@ -2,10 +2,10 @@
 
 It sits between gcsfs and the GCS emulator on 127.0.0.1 and turns a share
 of requests into the failures real networks produce: error statuses, TCP
-resets, stalls, truncated response bodies, and whole outages. Faults are
-drawn from a seeded random generator, so a sequential test sees the same
-faults on every run, and each injected fault is counted, so a test can
-assert that it really exercised a failure.
+resets, stalls, truncated or corrupted response bodies, and whole outages.
+Faults are drawn from a seeded random generator, so a sequential test sees
+the same faults on every run, and each injected fault is counted, so a
+test can assert that it really exercised a failure.
 
     with FaultProxy(emulator.url) as proxy:
         proxy.set_mix(FaultMix(error_rate=0.3, seed=1))
@@ -67,6 +67,9 @@ class FaultMix:
             the client gives up (or the proxy closes).
         truncate_rate: share whose response body is cut off halfway
             (after the upstream server has acted on the request).
+        corrupt_rate: share whose response body arrives whole but with one
+            byte in its middle inverted: damage in transit that no length
+            check sees.
         statuses: error statuses to choose from, e.g. ``(403,)``.
         seed: seed of the random draws (reset by ``set_mix``).
         match: only requests with ``match(method, path)`` true are faulted.
@@ -81,6 +84,7 @@ class FaultMix:
     stall_rate: float = 0.0
     stall_seconds: float | None = 5.0
     truncate_rate: float = 0.0
+    corrupt_rate: float = 0.0
     statuses: tuple[int, ...] = (500, 503, 429)
     seed: int = 0
     match: Match | None = None
@@ -88,7 +92,13 @@ class FaultMix:
     body_match: bytes | None = None
 
     def __post_init__(self) -> None:
-        rates = ("error_rate", "reset_rate", "stall_rate", "truncate_rate")
+        rates = (
+            "error_rate",
+            "reset_rate",
+            "stall_rate",
+            "truncate_rate",
+            "corrupt_rate",
+        )
         for name in rates:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -205,7 +215,15 @@ class FaultProxy:
 
     def faults(self) -> int:
         """How many faults were injected so far, of all kinds."""
-        kinds = ("error", "reset", "stall", "truncate", "outage", "unauthorized")
+        kinds = (
+            "error",
+            "reset",
+            "stall",
+            "truncate",
+            "corrupt",
+            "outage",
+            "unauthorized",
+        )
         return sum(self.counts[kind] for kind in kinds)
 
     # --- lifecycle ----------------------------------------------------------
@@ -282,6 +300,7 @@ class FaultProxy:
             ("reset", mix.reset_rate),
             ("stall", mix.stall_rate),
             ("truncate", mix.truncate_rate),
+            ("corrupt", mix.corrupt_rate),
         ):
             if draw < rate:
                 if kind == "error":
@@ -336,7 +355,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if fault == "stall" and not self._stall(self.proxy.mix.stall_seconds):
             return self._reset()  # the client gave up; so does the request
         try:
-            self._forward(truncate=fault == "truncate")
+            self._forward(truncate=fault == "truncate", corrupt=fault == "corrupt")
         except (ConnectionError, TimeoutError, http.client.HTTPException):
             self._reset()  # the upstream or the client went away mid-way
 
@@ -413,7 +432,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 left -= len(block)
                 yield block
 
-    def _forward(self, *, truncate: bool) -> None:
+    def _forward(self, *, truncate: bool, corrupt: bool = False) -> None:
         proxy = self.proxy
         upstream = http.client.HTTPConnection(
             proxy.upstream_host, proxy.upstream_port, timeout=60
@@ -436,14 +455,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 )
             if chunked:
                 upstream.send(b"0\r\n\r\n")
-            self._relay(upstream.getresponse(), truncate=truncate)
+            self._relay(upstream.getresponse(), truncate=truncate, corrupt=corrupt)
         finally:
             upstream.close()
 
-    def _relay(self, response: http.client.HTTPResponse, *, truncate: bool) -> None:
-        """Send the upstream response on, whole or (truncate) cut halfway."""
+    def _relay(
+        self, response: http.client.HTTPResponse, *, truncate: bool, corrupt: bool
+    ) -> None:
+        """Send the upstream response on, whole, (truncate) cut halfway, or
+        (corrupt) whole with its middle byte inverted."""
         length = response.getheader("Content-Length")
         no_body = self.command == "HEAD" or response.status in (204, 304)
+        if corrupt:
+            body = bytearray(response.read())
+            if no_body or not body:
+                self.proxy._recount("corrupt", "passed")  # nothing to damage
+            else:
+                body[len(body) // 2] ^= 0xFF
+            self._send_head(response, length if no_body else str(len(body)))
+            if not no_body:
+                self.wfile.write(bytes(body))
+            return None
         if truncate:
             body = response.read()  # whole, to promise it all and send half
             if no_body or not body:

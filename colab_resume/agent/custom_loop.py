@@ -34,6 +34,7 @@ by the replica count, so divide it by
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -50,6 +51,7 @@ from colab_resume.data import (
     epoch_dataset,
     split_step,
 )
+from colab_resume.data_cost import RebuildWatch
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
 from colab_resume.validate import check_int
@@ -91,6 +93,7 @@ class CustomLoop:
         self.fingerprints = DataFingerprints(
             make_dataset, reset=reset_fingerprints, events=events
         )
+        self.rebuild_watch = RebuildWatch(self.warn)
         self.epoch = 0
         self._start_epoch = 0
         self.last_outputs: Any = None  # tensors; converted only when saved or shown
@@ -185,12 +188,17 @@ class CustomLoop:
         epoch = self._start_epoch
         while step < self.total_steps:
             self.epoch = epoch
-            self.fingerprints.record(epoch)
+            started = time.perf_counter()
+            self.fingerprints.record(epoch)  # a build and its first batch
             here = skip if epoch == self._start_epoch else 0
             steps = min(self.steps_per_epoch - here, self.total_steps - step)
             dataset = epoch_dataset(
                 self.make_dataset, epoch, skip=here, steps_per_epoch=here + steps
             )
+            if not backend.is_jax():  # tf.data's graphs only
+                self.rebuild_watch.check(
+                    dataset, epoch=epoch, seconds=time.perf_counter() - started
+                )
             yield epoch, dataset, steps
             step += steps
             epoch += 1

@@ -21,6 +21,7 @@ Keras resets them (:mod:`~colab_resume.agent.metric_state`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ from colab_resume.data import (
     first_batch,
     split_step,
 )
+from colab_resume.data_cost import RebuildWatch
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
 from colab_resume.validate import check_int
@@ -95,6 +97,7 @@ class KerasFit:
         self.fingerprints = DataFingerprints(
             make_dataset, reset=reset_fingerprints, events=events
         )
+        self.rebuild_watch = RebuildWatch(self.warn)
         for warning in callback_state.check_callbacks(self.user_callbacks):
             self.warn(warning)
         self.model: Any = None
@@ -212,13 +215,18 @@ class KerasFit:
         for epoch in range(start_epoch, self.epochs):
             self.epoch = epoch
             self.skip = skip if epoch == start_epoch else 0
-            self.fingerprints.record(epoch)
+            started = time.perf_counter()
+            self.fingerprints.record(epoch)  # a build and its first batch
             dataset = epoch_dataset(
                 self.make_dataset,
                 epoch,
                 skip=self.skip,
                 steps_per_epoch=self.steps_per_epoch,
             )
+            if not backend.is_jax():
+                self.rebuild_watch.check(
+                    dataset, epoch=epoch, seconds=time.perf_counter() - started
+                )
             fit_options = self.fit_options
             if backend.is_jax():
                 if epoch == start_epoch:

@@ -399,6 +399,7 @@ class CheckpointManager:
             self._uploader.wait()
             self.check()
         finally:
+            self._uploader.close()
             if self._owned_staging:
                 shutil.rmtree(self._staging_root, ignore_errors=True)
 
@@ -450,6 +451,7 @@ class CheckpointManager:
                 step=info.step,
                 checkpoint=info.name.dirname,
                 skipped=[name for name, _ in info.skipped],
+                seconds={k: round(v, 4) for k, v in info.seconds.items()},
             )
         return info
 

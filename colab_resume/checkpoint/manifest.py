@@ -22,6 +22,7 @@ import math
 from typing import Any
 
 from colab_resume.errors import CorruptRecordError
+from colab_resume.storage.checksum import StreamingCrc32c
 from colab_resume.storage.records import short
 
 FORMAT = "colab_resume.checkpoint/1"
@@ -37,14 +38,11 @@ def crc32c_bytes(data: bytes) -> str:
 
 def crc32c_file(path: str) -> str:
     """GCS-style CRC32C of a local file, read in chunks."""
-    import google_crc32c
-
-    # google_crc32c ships no type hints.
-    checksum: Any = google_crc32c.Checksum()  # type: ignore[no-untyped-call]
+    checksum = StreamingCrc32c()
     with open(path, "rb") as handle:
         while chunk := handle.read(_CHUNK):
             checksum.update(chunk)
-    return base64.b64encode(checksum.digest()).decode("ascii")
+    return checksum.value
 
 
 def _encode(value: int) -> str:

@@ -1,11 +1,16 @@
 """Restore: newest committed checkpoint that verifies, else the next older one.
 
-Verification happens before any download where the storage keeps CRC32Cs
-(GCS): each file the manifest lists must exist with the listed size and
-CRC32C. Where it keeps none (local, memory), size and CRC32C are checked
-on the downloaded copy. A damaged checkpoint is skipped with a warning
-event naming what is wrong; if checkpoints exist and none is usable,
-:class:`NoValidCheckpointError` is raised, never a silent fresh start.
+Verification costs no request of its own. Before any download, the
+listing (which GCS gives with each object's size and CRC32C) must show
+every file the manifest lists, with the listed size and, where the storage
+keeps one, the listed CRC32C. Then every file is downloaded with one
+request each, its size and CRC32C computed as the bytes stream in, and
+compared with the manifest, which is trusted once its commit marker is
+(:mod:`colab_resume.commit`): damage that happened after the listing, on
+the wire, or on a storage that keeps no checksums is caught there. A
+damaged checkpoint is skipped with a warning event naming what is wrong;
+if checkpoints exist and none is usable, :class:`NoValidCheckpointError`
+is raised, never a silent fresh start.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from colab_resume.checkpoint.errors import (
     NoValidCheckpointError,
     StructureMismatchError,
 )
-from colab_resume.checkpoint.manifest import Manifest, crc32c_file
+from colab_resume.checkpoint.manifest import Manifest
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
@@ -48,6 +53,10 @@ class RestoredInfo:
         skipped: newer checkpoints that were damaged, with the reason.
         skipped_groups: optional state groups not restored (e.g. metrics of a
             model whose compiled metrics are not built yet).
+        seconds: where the restore's time went: ``list`` (the listing),
+            ``verify`` (manifests read and checked against the listing),
+            ``download`` (files fetched and checksummed as they stream),
+            ``read`` (the files read into the live state).
     """
 
     name: CheckpointName
@@ -59,6 +68,7 @@ class RestoredInfo:
     extras: dict[str, Any]
     skipped: tuple[tuple[str, str], ...] = ()
     skipped_groups: tuple[str, ...] = ()
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def describe(self, now: float | None = None) -> str:
         """One line for the user: where training resumes, from what."""
@@ -129,19 +139,16 @@ def check_listing(manifest: Manifest, entry: CheckpointDir) -> None:
         raise Damaged("; ".join(problems))
 
 
-def check_download(manifest: Manifest, directory: str) -> None:
-    """Verify downloaded files where the storage gave no CRC32C to compare."""
+def check_download(manifest: Manifest, arrived: dict[str, tuple[int, str]]) -> None:
+    """Compare what arrived (name -> (bytes, CRC32C)) with the manifest."""
     problems = []
     for item in manifest.files:
-        path = os.path.join(directory, item.name)
-        size = os.path.getsize(path)
+        size, crc = arrived[item.name]
         if size != item.size:
             problems.append(
                 f"{item.name} downloaded {size} bytes, manifest says {item.size}"
             )
-            continue
-        crc = crc32c_file(path)
-        if crc != item.crc32c:
+        elif crc != item.crc32c:
             problems.append(
                 f"{item.name} has CRC32C {crc}, manifest says {item.crc32c} (corrupted)"
             )
@@ -180,7 +187,9 @@ def restore_latest(
         NoValidCheckpointError: checkpoints exist but none is usable.
         StructureMismatchError: the newest usable one does not fit the state.
     """
+    clock = _Stopwatch()
     listing = RunListing.read(storage)
+    clock.lap("list")
     skipped: list[tuple[str, str]] = []
     for entry in reversed(listing.committed):
         try:
@@ -191,6 +200,7 @@ def restore_latest(
                     f"{MANIFEST} lists {manifest.total_bytes} bytes, more than "
                     f"the {max_bytes} a checkpoint of this state can hold"
                 )
+            clock.lap("verify")
             groups = _download_and_read(
                 storage,
                 entry,
@@ -200,12 +210,15 @@ def restore_latest(
                 scratch_dir,
                 workers,
                 progress_seconds,
+                clock,
             )
         except Damaged as exc:
+            clock.lap("verify")
             reason = str(exc)
         except StructureMismatchError:
             raise
         except Exception as exc:
+            clock.lap("read")
             # TF refusing the files (DataLossError...) or a record we cannot
             # parse is damage too; storage outages surface through retries
             # first, and falling back past them would be wrong, so re-raise.
@@ -223,6 +236,7 @@ def restore_latest(
                 extras=dict(manifest.extras),
                 skipped=tuple(skipped),
                 skipped_groups=tuple(groups),
+                seconds=clock.laps,
             )
         skipped.append((entry.name.dirname, reason))
         events.emit(
@@ -299,6 +313,7 @@ def _download_and_read(
     scratch_dir: str | None,
     workers: int,
     progress_seconds: float,
+    clock: _Stopwatch,
 ) -> tuple[str, ...]:
     directory = tempfile.mkdtemp(prefix="restore-", dir=scratch_dir)
     try:
@@ -315,12 +330,31 @@ def _download_and_read(
             for f in manifest.files
         ]
         try:
-            transfer.download(storage, pairs, progress=progress, workers=workers)
+            arrived = transfer.download(
+                storage, pairs, progress=progress, workers=workers
+            )
         except FileNotFoundError as exc:
             raise Damaged(f"a file vanished during download ({exc})") from None
-        # Without server CRCs the listing proved nothing about content.
-        if any(entry.objects[f.name].crc32c is None for f in manifest.files):
-            check_download(manifest, directory)
-        return read(os.path.join(directory, manifest.prefix), manifest)
+        check_download(
+            manifest,
+            {os.path.basename(local): value for local, value in arrived.items()},
+        )
+        clock.lap("download")
+        groups = read(os.path.join(directory, manifest.prefix), manifest)
+        clock.lap("read")
+        return groups
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+class _Stopwatch:
+    """Seconds per phase of one restore, summed over the checkpoints tried."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.laps[phase] = self.laps.get(phase, 0.0) + now - self._last
+        self._last = now

@@ -20,12 +20,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import fsspec.asyn
 from gcsfs.core import GCSFileSystem
+
+from colab_resume.storage.checksum import StreamingCrc32c
 
 log = logging.getLogger(__name__)
 
 # gcsfs methods decorated with its retry loop (gcsfs/retry.py: retry_request).
 _RETRYING_METHODS = ("_request", "_get_file_request", "_get_file_concurrent")
+# Bytes read from a download response at a time.
+_CHUNK = 1 << 20
 
 
 def _single_try(name: str) -> Any:
@@ -47,3 +52,41 @@ class SingleTryGCSFileSystem(GCSFileSystem):  # type: ignore[misc]  # gcsfs: unt
 for _name in _RETRYING_METHODS:
     if hasattr(GCSFileSystem, _name):
         setattr(SingleTryGCSFileSystem, _name, _single_try(_name))
+
+
+async def _get_checked(fs: GCSFileSystem, rpath: str, lpath: str) -> tuple[int, str]:
+    """One media GET of ``rpath`` streamed into ``lpath``: (bytes, CRC32C).
+
+    gcsfs's own ``get_file`` first asks for the object's metadata (to choose
+    between a plain and a ranged download): one extra round trip per file,
+    which a restore that already holds the sizes and checksums from its
+    listing and manifest does not need. The CRC32C is computed as the bytes
+    arrive (in C, without the GIL), so verifying costs no second read.
+    """
+    from gcsfs.retry import validate_response
+
+    await fs._set_session()
+    checksum = StreamingCrc32c()
+    async with fs.session.get(
+        url=fs.url(rpath),
+        params=fs._get_params({}),
+        headers=fs._get_headers(None),
+        timeout=fs.requests_timeout,
+    ) as response:
+        if response.status >= 400:
+            validate_response(response.status, await response.read(), rpath)
+        with open(lpath, "wb") as handle:
+            while data := await response.content.read(_CHUNK):
+                handle.write(data)
+                checksum.update(data)
+    return checksum.size, checksum.value
+
+
+def get_file_checked(
+    fs: GCSFileSystem, rpath: str, lpath: str, *, timeout: float | None = None
+) -> tuple[int, str]:
+    """Blocking :func:`_get_checked` on gcsfs's event loop."""
+    result: tuple[int, str] = fsspec.asyn.sync(
+        fs.loop, _get_checked, fs, rpath, lpath, timeout=timeout
+    )
+    return result

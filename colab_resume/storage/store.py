@@ -38,6 +38,7 @@ from colab_resume.errors import (
 )
 from colab_resume.redact import redact
 from colab_resume.storage import auth
+from colab_resume.storage.checksum import StreamingCrc32c
 from colab_resume.storage.faults import http_status, is_forbidden
 from colab_resume.storage.records import MAX_RECORD_BYTES, decode
 from colab_resume.storage.retry import RetryHook, RetryPolicy, call_with_retry
@@ -511,6 +512,37 @@ class Storage:
             f"download {rel}",
             lambda limit: self.fs.get_file(path, local_path, **limit),
         )
+
+    def get_file_checked(self, rel: str, local_path: str) -> tuple[int, str]:
+        """Download one object; return its size and CRC32C as they arrived.
+
+        One request per object (on GCS the media GET alone: no metadata
+        request before it), and the CRC32C (base64, GCS style) is computed
+        while the bytes stream, so checking a download against a manifest
+        needs neither another request nor another read of the file.
+
+        Raises:
+            FileNotFoundError: no such object.
+        """
+        path = self.full(rel)
+        if self.is_gcs:
+            from colab_resume.storage.gcs import get_file_checked
+
+            return self._call(
+                f"download {rel}",
+                lambda limit: get_file_checked(self.fs, path, local_path, **limit),
+            )
+        return self._call(
+            f"download {rel}", lambda _: self._copy_checked(path, local_path)
+        )
+
+    def _copy_checked(self, path: str, local_path: str) -> tuple[int, str]:
+        checksum = StreamingCrc32c()
+        with self.fs.open(path, "rb") as source, open(local_path, "wb") as target:
+            while data := source.read(1 << 20):
+                target.write(data)
+                checksum.update(data)
+        return checksum.size, checksum.value
 
     # --- writing ------------------------------------------------------------
 
