@@ -36,6 +36,14 @@ BADGE_COLOURS = {
     "new": "#9e9e9e",
 }
 LEVEL_COLOURS = {"info": "#555", "warning": "#e65100", "error": "#c62828"}
+# The progress bar's ipywidgets style by state ("": the default blue).
+BAR_STYLES = {
+    "paused": "warning",
+    "completed": "success",
+    "fenced": "danger",
+    "failed": "danger",
+    "dead": "danger",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,9 +77,11 @@ class PanelView:
     accelerator: str
     progress: str
     fraction: float | None
+    bar_style: str  # an ipywidgets bar_style: "", "success", "warning", "danger"
     metrics: str
     chart_svg: str
     checkpoint: str
+    checkpoint_step: int | None  # the newest committed one
     heartbeat: str
     events: tuple[tuple[str, str], ...]  # (colour, text)
     detail: str
@@ -88,12 +98,16 @@ def view(facts: PanelFacts) -> PanelView:
     return PanelView(
         badge=badge,
         badge_colour=BADGE_COLOURS[state],
-        accelerator=facts.accelerator or "accelerator: not connected yet",
+        accelerator=f"accelerator: {facts.accelerator or 'not connected yet'}",
         progress=_progress(facts),
         fraction=_fraction(facts),
-        metrics="  ".join(f"{k} {_num(v)}" for k, v in list(facts.metrics.items())[:6]),
+        bar_style=BAR_STYLES.get(state, ""),
+        metrics=" · ".join(
+            f"{k} {_num(v)}" for k, v in list(facts.metrics.items())[:6]
+        ),
         chart_svg=sparkline([v for _, v in facts.series]),
         checkpoint=_checkpoint(facts),
+        checkpoint_step=facts.checkpoint_step,
         heartbeat=_heartbeat(facts),
         events=tuple(
             (LEVEL_COLOURS.get(e.level, "#555"), _event_text(e, facts.now))
@@ -190,7 +204,11 @@ def _num(value: float) -> str:
 
 
 def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> str:
-    """An inline SVG polyline of ``values`` (the last 400 at most), or ""."""
+    """An inline SVG polyline of ``values`` (the last 400 at most), or "".
+
+    Its name and its highest and lowest values are written at its right
+    edge, so the curve reads without hovering.
+    """
     values = [v for v in values if math.isfinite(v)][-400:]
     if len(values) < 2:
         return ""
@@ -202,10 +220,16 @@ def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> st
         for i, v in enumerate(values)
     )
     label = html.escape(f"loss {_num(values[-1])} (min {_num(low)}, max {_num(high)})")
+    full = width + 56  # room for the two values at the right
+    text = 'font-size="11" fill="#777" font-family="sans-serif"'
     return (
-        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'<svg width="{full}" height="{height}" viewBox="0 0 {full} {height}" '
         f'xmlns="http://www.w3.org/2000/svg"><title>{label}</title>'
-        f'<rect width="100%" height="100%" fill="#fafafa"/>'
+        f'<rect width="{width}" height="{height}" fill="#fafafa"/>'
         f'<polyline fill="none" stroke="#1e88e5" stroke-width="1.5" '
-        f'points="{points}"/></svg>'
+        f'points="{points}"/>'
+        f'<text x="{width + 4}" y="11" {text}>{html.escape(_num(high))}</text>'
+        f'<text x="{width + 4}" y="{height // 2 + 4}" {text}>loss</text>'
+        f'<text x="{width + 4}" y="{height - 2}" {text}>{html.escape(_num(low))}</text>'
+        f"</svg>"
     )
