@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
+import time
 from collections.abc import Sequence
 
 from colab_resume.agent.progress import Progress
@@ -36,6 +37,9 @@ BADGE_COLOURS = {
     "new": "#9e9e9e",
 }
 LEVEL_COLOURS = {"info": "#555", "warning": "#e65100", "error": "#c62828"}
+# The holder's session is over: no beats come, and the panel is no longer
+# refreshed, so an age ("0s ago") would stay on screen, growing wrong.
+ENDED_STATES = ("stopped", "fenced", "completed", "failed")
 # The progress bar's ipywidgets style by state ("": the default blue).
 BAR_STYLES = {
     "paused": "warning",
@@ -106,11 +110,14 @@ def view(facts: PanelFacts) -> PanelView:
             f"{k} {_num(v)}" for k, v in list(facts.metrics.items())[:6]
         ),
         chart_svg=sparkline([v for _, v in facts.series]),
-        checkpoint=_checkpoint(facts),
+        checkpoint=_checkpoint(facts, ended=state in ENDED_STATES),
         checkpoint_step=facts.checkpoint_step,
-        heartbeat=_heartbeat(facts),
+        heartbeat=_heartbeat(facts, ended=state in ENDED_STATES),
         events=tuple(
-            (LEVEL_COLOURS.get(e.level, "#555"), _event_text(e, facts.now))
+            (
+                LEVEL_COLOURS.get(e.level, "#555"),
+                _event_text(e, facts.now, ended=state in ENDED_STATES),
+            )
             for e in facts.events
         ),
         detail=facts.detail,
@@ -141,12 +148,14 @@ def _fraction(f: PanelFacts) -> float | None:
     return min(1.0, max(0.0, f.step / f.total_steps))
 
 
-def _checkpoint(f: PanelFacts) -> str:
+def _checkpoint(f: PanelFacts, *, ended: bool) -> str:
     if f.checkpoint_step is None:
-        text = "checkpoint: none committed yet"
+        text = "checkpoint: none committed"
+        if not ended:
+            text += " yet"
     else:
         text = f"checkpoint: step {f.checkpoint_step:,}"
-        if f.checkpoint_time is not None:
+        if f.checkpoint_time is not None and not ended:
             text += f", {duration(f.now - f.checkpoint_time)} ago"
         if f.checkpoint_bytes:
             text += f", {size(f.checkpoint_bytes)}"
@@ -161,13 +170,16 @@ def _checkpoint(f: PanelFacts) -> str:
     return text
 
 
-def _heartbeat(f: PanelFacts) -> str:
+def _heartbeat(f: PanelFacts, *, ended: bool) -> str:
     if f.lease is None:
         return "heartbeat: no lease yet"
-    age = "—" if f.heartbeat_age_s is None else f"{f.heartbeat_age_s:.0f}s ago"
-    text = f"heartbeat: {age}"
-    if f.heartbeat_seconds:
-        text += f" (every {f.heartbeat_seconds:.0f}s)"
+    if ended:
+        text = "heartbeat: none since the session ended"
+    else:
+        age = "—" if f.heartbeat_age_s is None else f"{f.heartbeat_age_s:.0f}s ago"
+        text = f"heartbeat: {age}"
+        if f.heartbeat_seconds:
+            text += f" (every {f.heartbeat_seconds:.0f}s)"
     text += f" · lease {f.lease}"
     if f.session_id:
         text += f" · session {f.session_id}"
@@ -178,8 +190,14 @@ def _heartbeat(f: PanelFacts) -> str:
     return text
 
 
-def _event_text(e: Event, now: float) -> str:
-    return f"{duration(now - e.time)} ago · {e.kind}: {e.message}"
+def _event_text(e: Event, now: float, *, ended: bool) -> str:
+    # Ended: the clock time (UTC: a Colab VM's clock is, the reader's may not be).
+    when = (
+        time.strftime("%H:%M:%S UTC", time.gmtime(e.time))
+        if ended
+        else f"{duration(now - e.time)} ago"
+    )
+    return f"{when} · {e.kind}: {e.message}"
 
 
 def duration(seconds: float) -> str:
