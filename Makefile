@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint bench chaos clean colab-test browser-test jax-test
+.PHONY: test demo lint bench chaos clean colab-test browser-test jax-test pictures
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,7 +77,19 @@ $(BROWSER_VENV)/.installed: setup.py tests/browser/requirements-lab.txt
 browser-test: $(STAMP) $(BROWSER_VENV)/.installed $(COLAB_VENV)/.installed
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	COLAB_RESUME_TF_PYTHON=$(abspath $(PY)) COLAB_RESUME_COLAB_PYTHON=$(abspath $(COLAB_VENV))/bin/python \
-		$(BROWSER_VENV)/bin/python -m pytest -q --durations=5 tests/browser
+		$(BROWSER_VENV)/bin/python -m pytest -q --durations=5 tests/browser $(BROWSER_TEST_ARGS)
+
+# The README's pictures, drawn by today's code: the live panel as the
+# JupyterLab browser test sees it (after Checkpoint now), and the report of
+# a demo run (a session SIGKILLed, found dead, its successor resuming).
+PICTURES_RUN := build/pictures/demo-run
+pictures: $(STAMP) $(BROWSER_VENV)/.installed $(COLAB_VENV)/.installed
+	rm -rf build/pictures && mkdir -p build/pictures docs/img
+	$(VENV)/bin/colab-resume demo --run-dir $(PICTURES_RUN)
+	$(VENV)/bin/colab-resume report $(PICTURES_RUN) -o docs/img/report.png
+	$(MAKE) browser-test BROWSER_TEST_ARGS="-k jupyterlab"
+	cp build/browser-artifacts/jupyterlab-panel.png docs/img/panel.png
+	ls -l docs/img
 
 clean:
 	rm -rf $(VENV) build *.egg-info
