@@ -21,11 +21,15 @@ the GCS emulator; a second cell is queued behind it. While the first runs:
    a final checkpoint at the last step and the holder ``stopped``; the
    queued cell then runs.
 
-Screenshots of each stage land in ``build/browser-artifacts/``.
+Screenshots of each stage land in ``build/browser-artifacts/``
+(``<frontend>-<stage>.png``), with the panel alone once Checkpoint now has
+landed (``<frontend>-panel.png``: ``make pictures`` puts JupyterLab's in the
+README).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -40,7 +44,9 @@ import colab_resume as cr
 from colab_resume.listing import RunListing
 from colab_resume.storage import Storage
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's package `chromium` (the Makefile installs it)
+# Debian's package `chromium` (the Makefile installs it); a browser that is
+# not there fails the test.
+CHROMIUM = os.environ.get("COLAB_RESUME_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "browser-artifacts"
 # At most 50 steps/s (Slow below): the 8,000 steps would take 160 s or more,
 # several times what the test trains for, so only Stop ends the fit early;
