@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint bench chaos clean colab-test browser-test jax-test
+.PHONY: test demo lint bench chaos clean colab-test browser-test jax-test pictures
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,10 +15,12 @@ $(STAMP): setup.py pyproject.toml
 	touch $(STAMP)
 
 # Lint first: CI runs `make test` only, so this is where lint is enforced.
-# Then the JAX tests, in their own virtualenv without TensorFlow.
+# Then the JAX tests, in their own virtualenv without TensorFlow, and the
+# panel clicked in two browser frontends (each in its own virtualenv).
 test: lint
 	$(PY) -m pytest -q --durations=15
 	$(MAKE) jax-test
+	$(MAKE) browser-test
 
 # The chaos soak (not in CI; ~15 min on 2 cores): >= 50 random SIGKILLs,
 # takeover races, 5xx/resets/stalls and expiring tokens; prints its figures.
@@ -34,13 +36,12 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The panel's real-kernel click test again, with the versions Colab runs
-# (ipywidgets 7.7 + ipykernel 6 + IPython 7.34) in a second virtualenv.
+# (ipywidgets 7.7 + ipykernel 6 + IPython 7.34) in a second virtualenv, which
+# also serves the classic notebook (ipywidgets 7 extension) to the browser test.
 COLAB_VENV := build/venv-colab
-$(COLAB_VENV)/.installed:
+$(COLAB_VENV)/.installed: tests/browser/requirements-colab.txt
 	$(PYTHON) -m venv $(COLAB_VENV)
-	$(COLAB_VENV)/bin/pip install --quiet "ipywidgets==7.7.1" "ipykernel==6.17.1" \
-		"ipython==7.34.0" jupyter_client "fsspec>=2023.9" "gcsfs>=2023.9" \
-		"tenacity>=8.2" "google-auth>=2.20" "google-crc32c>=1.5"
+	$(COLAB_VENV)/bin/pip install --quiet -r tests/browser/requirements-colab.txt
 	touch $@
 
 colab-test: $(STAMP) $(COLAB_VENV)/.installed
@@ -64,17 +65,34 @@ $(JAX_VENV)/.installed: setup.py pyproject.toml
 jax-test: $(STAMP) $(JAX_VENV)/.installed
 	COLAB_RESUME_TF_PYTHON=$(abspath $(PY)) $(JAX_VENV)/bin/python -m pytest -q --durations=5 tests/on_jax
 
-# The panel in a real browser: JupyterLab (ipywidgets 8) in headless Debian
-# Chromium, a real click on Stop while fit runs. Screenshots land in build/.
+# The panel in a real browser, every button clicked while fit runs, in two
+# frontends: JupyterLab 4 (ipywidgets 8; served from build/venv-browser, the
+# kernel is $(VENV)) and the classic notebook with ipywidgets 7.7 as Colab
+# ships it (build/venv-colab). Headless Debian Chromium, installed here when
+# missing. tests/browser is collected only in build/venv-browser.
+# Screenshots land in build/browser-artifacts/.
 BROWSER_VENV := build/venv-browser
-$(BROWSER_VENV)/.installed: setup.py
+$(BROWSER_VENV)/.installed: setup.py tests/browser/requirements-lab.txt
 	$(PYTHON) -m venv $(BROWSER_VENV)
-	$(BROWSER_VENV)/bin/pip install --quiet -e '.[test]' jupyterlab playwright
+	$(BROWSER_VENV)/bin/pip install --quiet -e . -r tests/browser/requirements-lab.txt
 	touch $@
 
-browser-test: $(BROWSER_VENV)/.installed
-	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
-	$(BROWSER_VENV)/bin/python -m pytest -q tests/browser
+browser-test: $(STAMP) $(BROWSER_VENV)/.installed $(COLAB_VENV)/.installed
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	COLAB_RESUME_TF_PYTHON=$(abspath $(PY)) COLAB_RESUME_COLAB_PYTHON=$(abspath $(COLAB_VENV))/bin/python \
+		$(BROWSER_VENV)/bin/python -m pytest -q --durations=5 tests/browser $(BROWSER_TEST_ARGS)
+
+# The README's pictures, drawn by today's code: the live panel as the
+# JupyterLab browser test sees it (after Checkpoint now), and the report of
+# a demo run (a session SIGKILLed, found dead, its successor resuming).
+PICTURES_RUN := build/pictures/demo-run
+pictures: $(STAMP) $(BROWSER_VENV)/.installed $(COLAB_VENV)/.installed
+	rm -rf build/pictures && mkdir -p build/pictures docs/img
+	$(VENV)/bin/colab-resume demo --run-dir $(PICTURES_RUN)
+	$(VENV)/bin/colab-resume report $(PICTURES_RUN) -o docs/img/report.png
+	$(MAKE) browser-test BROWSER_TEST_ARGS="-k jupyterlab"
+	cp build/browser-artifacts/jupyterlab-panel.png docs/img/panel.png
+	ls -l docs/img
 
 clean:
 	rm -rf $(VENV) build *.egg-info

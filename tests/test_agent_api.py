@@ -7,6 +7,7 @@ tests can share the pytest process) and real local run directories.
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -73,6 +74,17 @@ def test_fit_completes_and_a_second_fit_returns_at_once(tmp_path):
         for a, v in zip(weights, again.model.variables, strict=True)
     )
     assert again.events.recent(kind="run.already_completed")
+
+
+def test_fit_leaves_no_keras_shuffle_warning_under_the_cell(tmp_path):
+    # Keras warns that its default shuffle=True is ignored for a Dataset;
+    # the agent's datasets order themselves and it says shuffle=False.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent_for(tmp_path / "run").fit(
+            build_model, make_dataset, epochs=1, steps_per_epoch=4, verbose=0
+        )
+    assert not [w for w in caught if "shuffle" in str(w.message)], caught
 
 
 def test_stop_checkpoints_and_the_next_fit_continues(tmp_path):

@@ -3,6 +3,7 @@ limit, the buttons' wiring, the monitor, and that outside a kernel it is inert."
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 import colab_resume as cr
 from colab_resume.agent.progress import ProgressTracker
 from colab_resume.events import Event
-from colab_resume.panel.model import PanelFacts, sparkline, view
+from colab_resume.panel.model import PanelFacts, facts_of, sparkline, view
 
 pytest.importorskip("ipywidgets")
 
@@ -79,6 +80,43 @@ def test_sparkline_needs_two_finite_values():
     assert 'points="0.0,4.0 160.0,30.0 320.0,56.0"' in sparkline([3.0, 2.0, 1.0])
 
 
+def test_sparkline_names_its_scale():
+    svg = sparkline([3.25, 2.0, 1.5])
+    assert ">3.25</text>" in svg and ">loss</text>" in svg and ">1.5</text>" in svg
+
+
+def test_metrics_read_apart_and_the_bar_takes_the_states_colour():
+    facts = PanelFacts(state="paused", now=0.0, metrics={"loss": 0.25, "acc": 0.5})
+    v = view(facts)
+    assert v.metrics == "loss 0.25 · acc 0.5"  # two spaces would collapse in HTML
+    assert v.bar_style == "warning"
+    assert view(PanelFacts(state="training", now=0.0)).bar_style == ""
+    assert view(PanelFacts(state="failed", now=0.0)).bar_style == "danger"
+
+
+@pytest.mark.parametrize("state", ["stopped", "fenced", "completed", "failed"])
+def test_an_ended_session_shows_no_age_that_would_freeze(state):
+    facts = PanelFacts(
+        state=state,
+        now=100.0,
+        checkpoint_step=40,
+        checkpoint_time=99.0,
+        checkpoint_bytes=2000,
+        heartbeat_age_s=0.0,
+        heartbeat_seconds=30.0,
+        lease=1,
+        events=[Event(3723.0, "run.stopped", "stopped at step 40", "warning")],
+    )
+    v = view(facts)
+    # Nothing refreshes the panel after its session ends: "1s ago" would stay.
+    assert "ago" not in v.checkpoint and "ago" not in v.heartbeat
+    assert v.events[0][1] == "01:02:03 UTC · run.stopped: stopped at step 40"
+    assert v.checkpoint == "checkpoint: step 40, 2.0 kB"
+    assert v.heartbeat == "heartbeat: none since the session ended · lease 1"
+    live = view(dataclasses.replace(facts, state="training"))
+    assert "1s ago" in live.checkpoint and "0s ago (every 30s)" in live.heartbeat
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 100.0
@@ -130,6 +168,21 @@ def test_buttons_set_the_agents_flags(tmp_path):
     panel.stop_button.click()
     assert agent.controls.stop_requested
     assert "not started" in panel.badge.value
+
+
+def test_a_buttons_notice_lasts_until_the_run_acts(tmp_path):
+    agent = cr.Agent(str(tmp_path / "run"))
+    panel = agent.panel()
+    panel.save_button.click()
+    assert "checkpoint asked for" in panel.notice.value
+    panel.refresh()  # nothing happened yet: the notice stays
+    assert "checkpoint asked for" in panel.notice.value
+    acted = dataclasses.replace(view(facts_of(agent.progress())), checkpoint_step=7)
+    panel.show(acted)  # the checkpoint landed: the panel's lines say so now
+    assert panel.notice.value == ""
+    panel.say("a lasting notice")  # not tied to a click: stays
+    panel.show(view(facts_of(agent.progress())))
+    assert "a lasting notice" in panel.notice.value
 
 
 def test_panel_follows_a_session(tmp_path):

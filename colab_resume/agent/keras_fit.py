@@ -227,13 +227,14 @@ class KerasFit:
                 self.rebuild_watch.check(
                     dataset, epoch=epoch, seconds=time.perf_counter() - started
                 )
-            fit_options = self.fit_options
+            # The dataset's own order is the order: Keras cannot shuffle a
+            # tf.data.Dataset or a generator, and its default shuffle=True
+            # says so with a warning under every training cell.
+            fit_options = dict(self.fit_options, shuffle=False)
             if backend.is_jax():
                 if epoch == start_epoch:
                     batch = first_batch(self.make_dataset, epoch)
                     check_numpy_batch(batch, jax_backend.replicas(), epoch)
-                # A generator: Keras would warn that it cannot shuffle it.
-                fit_options = dict(fit_options, shuffle=False)
             elif epoch == start_epoch:
                 replicas = self.model.distribute_strategy.num_replicas_in_sync
                 check_global_batch(dataset, replicas, epoch)

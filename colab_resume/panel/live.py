@@ -46,20 +46,25 @@ class AgentPanel(PanelBox):
 
     def _save(self) -> None:
         self.agent.save_now()
-        self.say("checkpoint requested: saved at the next step")
+        self._answer("checkpoint asked for: it is saved at the next step")
 
     def _pause_or_resume(self) -> None:
         if self.agent.progress().pause_requested:
             self.agent.resume()
-            self.say("resuming")
+            self._answer("resuming at the next step")
         else:
             self.agent.pause()
-            self.say("pausing: checkpoint, then hold (heartbeats go on)")
-        self.show(view(facts_of(self.agent.progress())))
+            self._answer("pausing: checkpoint at the next step, then hold")
 
     def _stop(self) -> None:
         self.agent.stop()
-        self.say("stopping: checkpoint, then stop cleanly (the next fit continues)")
+        self._answer("stopping: checkpoint at the next step, then stop cleanly")
+
+    def _answer(self, message: str) -> None:
+        """Show the click's effect now; the notice stays until the run acts."""
+        shown = view(facts_of(self.agent.progress()))
+        self.show(shown)
+        self.say(message, until_changed=shown)
 
     def draw_report(self) -> None:
         """Draw the run report (history in the run directory) into the panel."""

@@ -12,6 +12,7 @@ import dataclasses
 import html
 import math
 import re
+import time
 from collections.abc import Iterable, Sequence
 
 from colab_resume.agent.progress import Progress
@@ -42,6 +43,17 @@ BADGE_COLOURS = {
     "new": "#9e9e9e",
 }
 LEVEL_COLOURS = {"info": "#555", "warning": "#e65100", "error": "#c62828"}
+# The holder's session is over: no beats come, and the panel is no longer
+# refreshed, so an age ("0s ago") would stay on screen, growing wrong.
+ENDED_STATES = ("stopped", "fenced", "completed", "failed")
+# The progress bar's ipywidgets style by state ("": the default blue).
+BAR_STYLES = {
+    "paused": "warning",
+    "completed": "success",
+    "fenced": "danger",
+    "failed": "danger",
+    "dead": "danger",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,9 +125,11 @@ class PanelView:
     accelerator: str
     progress: str
     fraction: float | None
+    bar_style: str  # an ipywidgets bar_style: "", "success", "warning", "danger"
     metrics: str
     chart_svg: str
     checkpoint: str
+    checkpoint_step: int | None  # the newest committed one
     heartbeat: str
     events: tuple[tuple[str, str], ...]  # (colour, text)
     detail: str
@@ -135,15 +149,22 @@ def view(facts: PanelFacts) -> PanelView:
     return PanelView(
         badge=badge,
         badge_colour=BADGE_COLOURS[state],
-        accelerator=facts.accelerator or "accelerator: not connected yet",
+        accelerator=f"accelerator: {facts.accelerator or 'not connected yet'}",
         progress=_progress(facts),
         fraction=_fraction(facts),
-        metrics="  ".join(f"{k} {_num(v)}" for k, v in list(facts.metrics.items())[:6]),
+        bar_style=BAR_STYLES.get(state, ""),
+        metrics=" · ".join(
+            f"{k} {_num(v)}" for k, v in list(facts.metrics.items())[:6]
+        ),
         chart_svg=sparkline([v for _, v in facts.series]),
-        checkpoint=_checkpoint(facts),
-        heartbeat=_heartbeat(facts),
+        checkpoint=_checkpoint(facts, ended=state in ENDED_STATES),
+        checkpoint_step=facts.checkpoint_step,
+        heartbeat=_heartbeat(facts, ended=state in ENDED_STATES),
         events=tuple(
-            (LEVEL_COLOURS.get(e.level, "#555"), _event_text(e, facts.now))
+            (
+                LEVEL_COLOURS.get(e.level, "#555"),
+                _event_text(e, facts.now, ended=state in ENDED_STATES),
+            )
             for e in facts.events
         ),
         detail=facts.detail,
@@ -189,12 +210,14 @@ def _fraction(f: PanelFacts) -> float | None:
     return min(1.0, max(0.0, f.step / f.total_steps))
 
 
-def _checkpoint(f: PanelFacts) -> str:
+def _checkpoint(f: PanelFacts, *, ended: bool) -> str:
     if f.checkpoint_step is None:
-        text = "checkpoint: none committed yet"
+        text = "checkpoint: none committed"
+        if not ended:
+            text += " yet"
     else:
         text = f"checkpoint: step {f.checkpoint_step:,}"
-        if f.checkpoint_time is not None:
+        if f.checkpoint_time is not None and not ended:
             text += f", {duration(f.now - f.checkpoint_time)} ago"
         if f.checkpoint_bytes:
             text += f", {size(f.checkpoint_bytes)}"
@@ -209,13 +232,16 @@ def _checkpoint(f: PanelFacts) -> str:
     return text
 
 
-def _heartbeat(f: PanelFacts) -> str:
+def _heartbeat(f: PanelFacts, *, ended: bool) -> str:
     if f.lease is None:
         return "heartbeat: no lease yet"
-    age = "—" if f.heartbeat_age_s is None else f"{f.heartbeat_age_s:.0f}s ago"
-    text = f"heartbeat: {age}"
-    if f.heartbeat_seconds:
-        text += f" (every {f.heartbeat_seconds:.0f}s)"
+    if ended:
+        text = "heartbeat: none since the session ended"
+    else:
+        age = "—" if f.heartbeat_age_s is None else f"{f.heartbeat_age_s:.0f}s ago"
+        text = f"heartbeat: {age}"
+        if f.heartbeat_seconds:
+            text += f" (every {f.heartbeat_seconds:.0f}s)"
     text += f" · lease {f.lease}"
     if f.session_id:
         text += f" · session {f.session_id}"
@@ -226,8 +252,14 @@ def _heartbeat(f: PanelFacts) -> str:
     return text
 
 
-def _event_text(e: Event, now: float) -> str:
-    return f"{duration(now - e.time)} ago · {e.kind}: {e.message}"
+def _event_text(e: Event, now: float, *, ended: bool) -> str:
+    # Ended: the clock time (UTC: a Colab VM's clock is, the reader's may not be).
+    when = (
+        time.strftime("%H:%M:%S UTC", time.gmtime(e.time))
+        if ended
+        else f"{duration(now - e.time)} ago"
+    )
+    return f"{when} · {e.kind}: {e.message}"
 
 
 def duration(seconds: float) -> str:
@@ -252,7 +284,11 @@ def _num(value: float) -> str:
 
 
 def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> str:
-    """An inline SVG polyline of ``values`` (the last 400 at most), or ""."""
+    """An inline SVG polyline of ``values`` (the last 400 at most), or "".
+
+    Its name and its highest and lowest values are written at its right
+    edge, so the curve reads without hovering.
+    """
     values = [v for v in values if math.isfinite(v)][-400:]
     if len(values) < 2:
         return ""
@@ -264,10 +300,16 @@ def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> st
         for i, v in enumerate(values)
     )
     label = html.escape(f"loss {_num(values[-1])} (min {_num(low)}, max {_num(high)})")
+    full = width + 56  # room for the two values at the right
+    text = 'font-size="11" fill="#777" font-family="sans-serif"'
     return (
-        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'<svg width="{full}" height="{height}" viewBox="0 0 {full} {height}" '
         f'xmlns="http://www.w3.org/2000/svg"><title>{label}</title>'
-        f'<rect width="100%" height="100%" fill="#fafafa"/>'
+        f'<rect width="{width}" height="{height}" fill="#fafafa"/>'
         f'<polyline fill="none" stroke="#1e88e5" stroke-width="1.5" '
-        f'points="{points}"/></svg>'
+        f'points="{points}"/>'
+        f'<text x="{width + 4}" y="11" {text}>{html.escape(_num(high))}</text>'
+        f'<text x="{width + 4}" y="{height // 2 + 4}" {text}>loss</text>'
+        f'<text x="{width + 4}" y="{height - 2}" {text}>{html.escape(_num(low))}</text>'
+        f"</svg>"
     )

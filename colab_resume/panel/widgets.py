@@ -19,6 +19,21 @@ from colab_resume.panel.model import PanelView
 
 Action = Callable[[], None]
 
+# Widgets give HTML the line height of a button row (28 px): fine for one
+# line, but wrapped and listed lines then read as separate, spaced-out items.
+LINE_STYLE = "line-height:1.45;margin:1px 0"
+HANGING_INDENT = "padding-left:2em;text-indent:-2em"  # a wrapped event stays one
+
+
+def _unbroken_parts(text: str) -> str:
+    """``"a b · c d"`` wrapped only at the dots (``"ETA"`` stays with its time)."""
+    return " · ".join(part.replace(" ", "\u00a0") for part in text.split(" · "))
+
+
+def _line(text: str, style: str = "") -> str:
+    """``text`` escaped, as one compact block (it may wrap)."""
+    return f'<div style="{LINE_STYLE};{style}">{html.escape(text)}</div>'
+
 
 def _button(label: str, style: str, tooltip: str) -> w.Button:
     return w.Button(
@@ -46,6 +61,7 @@ class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
         self.events = w.HTML()
         self.report = w.HTML()
         self.notice = w.HTML()
+        self._noticed: tuple[str, int | None] | None = None  # see say()
         self.save_button = _button("Checkpoint now", "info", "save at the next step")
         self.pause_button = _button("Pause", "warning", "checkpoint, then hold")
         self.stop_button = _button("Stop", "danger", "checkpoint, then stop cleanly")
@@ -83,6 +99,10 @@ class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
             ],
             layout=w.Layout(border="1px solid #ddd", padding="6px", width="100%"),
         )
+        # CSS classes name the parts (for styling and for the browser tests).
+        self.add_class("colab-resume-panel")
+        for name in ("title", "badge", "progress", "checkpoint", "heartbeat", "events"):
+            getattr(self, name).add_class(f"colab-resume-{name}")
 
     def show(self, v: PanelView) -> None:
         """Put ``v`` on screen (only changed values are sent)."""
@@ -91,17 +111,19 @@ class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
             f'padding:2px 8px;border-radius:8px;margin-left:8px">'
             f"{html.escape(v.badge)}</span>"
         )
-        self.accelerator.value = html.escape(v.accelerator)
-        self.progress.value = html.escape(v.progress)
+        self.accelerator.value = _line(v.accelerator)
+        self.progress.value = _line(_unbroken_parts(v.progress))
         self.bar.value = v.fraction or 0.0
+        self.bar.bar_style = v.bar_style
         self.bar.layout.visibility = "hidden" if v.fraction is None else "visible"
-        self.metrics.value = html.escape(v.metrics)
+        self.metrics.value = _line(v.metrics)
         self.chart.value = v.chart_svg  # built by us from numbers only
-        self.checkpoint.value = html.escape(v.checkpoint)
-        self.heartbeat.value = html.escape(v.heartbeat)
-        self.detail.value = f"<i>{html.escape(v.detail)}</i>" if v.detail else ""
-        self.events.value = "<br>".join(
-            f'<span style="color:{colour};font-size:90%">{html.escape(text)}</span>'
+        self.checkpoint.value = _line(v.checkpoint)
+        self.heartbeat.value = _line(v.heartbeat)
+        italic = "font-style:italic"
+        self.detail.value = _line(v.detail, style=italic) if v.detail else ""
+        self.events.value = "".join(
+            _line(text, style=f"color:{colour};font-size:90%;{HANGING_INDENT}")
             for colour, text in v.events
         )
         self.pause_button.description = v.pause_label
@@ -110,6 +132,11 @@ class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
         self.takeover_button.disabled = not v.takeover_enabled
         if v.takeover_tooltip:
             self.takeover_button.tooltip = v.takeover_tooltip
+        # A notice answers a click ("pausing: ..."); once the state or the
+        # checkpoint it was about has moved on, the badge and lines say it.
+        if self._noticed is not None and (v.badge, v.checkpoint_step) != self._noticed:
+            self.notice.value = ""
+            self._noticed = None
 
     def show_report(self, png: bytes | None, message: str = "") -> None:
         """Show the run report picture (or why there is none)."""
@@ -121,8 +148,15 @@ class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
             f'<img style="max-width:100%" src="data:image/png;base64,{data}"/>'
         )
 
-    def say(self, message: str) -> None:
-        self.notice.value = html.escape(message)
+    def say(self, message: str, *, until_changed: PanelView | None = None) -> None:
+        """Show a one-line notice; with ``until_changed``, only until the badge
+        or the committed checkpoint differ from that view's."""
+        self.notice.value = _line(message)
+        self._noticed = (
+            (until_changed.badge, until_changed.checkpoint_step)
+            if until_changed is not None
+            else None
+        )
 
     def ask_confirmation(self, ask: bool) -> None:
         self.confirm.layout.display = "flex" if ask else "none"
