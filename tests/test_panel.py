@@ -286,20 +286,11 @@ def test_monitor_of_a_completed_run_offers_no_take_over(tmp_path):
     """A real fit with keep=1 prunes after every save; the monitor shows one
     line for all those deletions and no Take over on the completed run."""
     pytest.importorskip("tensorflow")
-    import keras
-    import numpy as np
-    import tensorflow as tf
+    from support.toy import tiny_fit_parts
 
     from colab_resume.listing import read_leases
 
-    x = np.random.RandomState(0).randn(64, 4).astype("float32")
-    data = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(8)
-
-    def build_model():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
-        return model
-
+    build_model, data = tiny_fit_parts()
     run_dir = str(tmp_path / "run")
     with cr.Agent(run_dir, save_every_steps=1, keep=1, prefer="cpu") as agent:
         agent.fit(build_model, lambda epoch: data, epochs=2, steps_per_epoch=8)

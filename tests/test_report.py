@@ -141,21 +141,14 @@ def test_a_checkpoint_commit_brings_the_next_chunk_forward(tmp_path):
 @pytest.mark.tf
 def test_fit_keeps_history_and_the_panel_follows(tmp_path):
     pytest.importorskip("tensorflow")
-    import keras
-    import numpy as np
-    import tensorflow as tf
+    from support.toy import tiny_fit_parts
 
     import colab_resume as cr
 
-    x = np.random.RandomState(0).randn(64, 4).astype("float32")
-
-    def build_model():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
-        return model
+    build_model, data = tiny_fit_parts()
 
     def make_dataset(epoch):
-        return tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(8)
+        return data
 
     agent = cr.Agent(str(tmp_path / "run"), save_every_steps=4, prefer="cpu")
     agent.telemetry.interval = 0.0  # sample every step in this short run
@@ -290,20 +283,11 @@ def test_stop_and_ctrl_c_are_clean_ends_not_deaths(tmp_path):
     """stop() and Ctrl-C (KeyboardInterrupt in the training thread, as SIGINT
     raises it) end their sessions cleanly; the report says so."""
     pytest.importorskip("tensorflow")
-    import keras
-    import numpy as np
-    import tensorflow as tf
+    from support.toy import tiny_fit_parts
 
     import colab_resume as cr
 
-    x = np.random.RandomState(0).randn(64, 4).astype("float32")
-    data = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(8)
-
-    def build_model():
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
-        return model
-
+    build_model, data = tiny_fit_parts()
     run_dir = str(tmp_path / "run")
 
     def fit(on_step=None):
