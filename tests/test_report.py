@@ -156,8 +156,9 @@ def test_fit_keeps_history_and_the_panel_follows(tmp_path):
     agent.fit(build_model, make_dataset, epochs=2, steps_per_epoch=8, verbose=0)
     panel.refresh()
     assert "completed" in panel.badge.value
-    assert "step 16 / 16" in panel.progress.value
-    assert "checkpoint: step 16" in panel.checkpoint.value
+    # The panel keeps "step 16 / 16" on one line with no-break spaces.
+    assert "step 16 / 16 · epoch 2" in panel.progress.value.replace("\xa0", " ")
+    assert "checkpoint: step 16" in panel.checkpoint.value.replace("\xa0", " ")
     history = read_history(agent.storage)
     assert [p.step for p in history.points][-1] == 16
     assert all("loss" in p.metrics for p in history.points)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from faultproxy import FaultMix, FaultProxy, Seen, path_contains
+from support.checkpoints import is_data_file
 
 from colab_resume.checkpoint import CheckpointManager
 from colab_resume.events import EventLog
@@ -107,7 +108,7 @@ def test_restore_makes_one_request_per_file_and_no_metadata_requests(
 
 def test_bytes_damaged_in_transit_are_caught_while_streaming(saved, proxy, tmp_path):
     data = sorted(
-        i.path for i in saved.list(CheckpointName(2, 1).path) if ".data-" in i.path
+        i.path for i in saved.list(CheckpointName(2, 1).path) if is_data_file(i.path)
     )[0]
     proxy.seen.clear()
     proxy.set_mix(FaultMix(corrupt_rate=1.0, match=path_contains(data, "GET")))
@@ -126,7 +127,7 @@ def test_a_shard_damaged_on_the_server_same_size_is_caught_without_a_download(
     saved, proxy, tmp_path
 ):
     data = sorted(
-        i.path for i in saved.list(CheckpointName(2, 1).path) if ".data-" in i.path
+        i.path for i in saved.list(CheckpointName(2, 1).path) if is_data_file(i.path)
     )[0]
     body = bytearray(saved.read_bytes(data))
     body[len(body) // 3] ^= 0x01  # same size: only a checksum can tell

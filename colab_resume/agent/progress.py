@@ -220,6 +220,16 @@ class ProgressTracker:
         ):
             self.tick()
 
+    def _epoch(self, step: int | None) -> int | None:
+        """The epoch being trained (0-based): the next step's, or at the
+        end the last one's (a finished 2-epoch run is not in epoch 3)."""
+        if step is None or not self.steps_per_epoch:
+            return None
+        epoch = step // self.steps_per_epoch
+        if self.total_steps:
+            epoch = min(epoch, max(0, self.total_steps - 1) // self.steps_per_epoch)
+        return epoch
+
     def snapshot(self) -> Progress:
         """What is known about the agent now."""
         loop, now = self.loop, self._wall()
@@ -256,11 +266,7 @@ class ProgressTracker:
             accelerator=connection.label if connection else None,
             step=duties.step if duties else None,
             total_steps=self.total_steps,
-            epoch=(
-                duties.step // self.steps_per_epoch
-                if duties is not None and self.steps_per_epoch
-                else None
-            ),
+            epoch=self._epoch(duties.step if duties is not None else None),
             steps_per_second=self.steps_per_second if state == "training" else None,
             metrics=dict(latest),
             series=series,
