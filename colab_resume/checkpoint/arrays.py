@@ -20,9 +20,10 @@ framework-free ``safetensors.deserialize`` and map dtypes ourselves, since
 ``safetensors.numpy`` does not know bfloat16 (``ml_dtypes``, which both
 JAX and TensorFlow bring, does).
 
-A save blocks the training thread only for the device-to-host copy; the
-shards are serialised and written to local disk in :meth:`ArrayState.sync`,
-which the manager calls from its upload thread.
+A save blocks the training thread only for a snapshot of the variables (on
+the CPU a reference TensorFlow protects with copy-on-write; elsewhere the
+copy to host memory); the shards are serialised and written to local disk
+in :meth:`ArrayState.sync`, which the manager calls from its upload thread.
 
 A ``LossScaleOptimizer`` (``mixed_float16``) is saved as its inner
 optimizer plus an optional ``loss_scale`` group, so a run can change its
@@ -240,18 +241,42 @@ def _fits_integer(value: Any, target: Any) -> bool:
     return bool(value.min() >= info.min and value.max() <= info.max)
 
 
-def _host_copy(variable: Any) -> Any:
-    """The variable's value in host memory (the device-to-host copy)."""
+def _snapshot(variable: Any) -> Any:
+    """The variable's value now, safe to read later from another thread.
+
+    JAX: a host copy, taken here. Keras' JAX trainer donates the state's
+    buffers to the next step, so a reference to the device array would be
+    deleted (or reused) under the upload thread.
+
+    TensorFlow: the tensor ``read_value()`` returns. On the CPU it shares
+    the variable's buffer, and TensorFlow copies a variable's buffer before
+    updating it in place while another tensor holds it, so the snapshot
+    keeps this step's values at no cost here (as TensorFlow's own async
+    checkpointing does); :func:`_to_host` turns it into NumPy later. On a
+    GPU or TPU the copy to host memory is taken here, so no second copy
+    of the weights is held in accelerator memory.
+    """
     import keras
     import numpy as np
 
     if backend.is_jax():
-        return np.asarray(keras.ops.convert_to_numpy(variable.value))
-    # TensorFlow: the tf.Variable behind a Keras variable (a MirroredVariable
-    # under MirroredStrategy, which NumPy cannot convert), or a bare one (a
+        return np.array(keras.ops.convert_to_numpy(variable.value), copy=True)
+    # The tf.Variable behind a Keras variable (a MirroredVariable under
+    # MirroredStrategy, which NumPy cannot convert), or a bare one (a
     # tf.random.Generator's state); read_value() gives one replica's value.
     inner = variable.value if isinstance(variable, keras.Variable) else variable
-    return np.asarray(inner.read_value().numpy())
+    value = inner.read_value()
+    if "CPU" in (getattr(value, "device", "") or "").upper():
+        return value
+    return np.asarray(value.numpy())
+
+
+def _to_host(value: Any) -> Any:
+    """A :func:`_snapshot` as a NumPy array (no copy for a CPU tensor)."""
+    import numpy as np
+
+    numpy = getattr(value, "numpy", None)
+    return np.asarray(numpy() if callable(numpy) else value)
 
 
 class ArrayState:
@@ -314,10 +339,10 @@ class ArrayState:
         return total
 
     def write(self, prefix: str, options: Any = None) -> None:
-        """Copy every variable to host memory; write the shards (or leave
-        that to :meth:`sync` with ``write_behind``)."""
+        """Snapshot every variable (see :func:`_snapshot`); write the shards,
+        or leave that to :meth:`sync` with ``write_behind``."""
         arrays = {
-            tensor_name(group, i): _host_copy(v)
+            tensor_name(group, i): _snapshot(v)
             for group, variables in self._groups.items()
             for i, v in enumerate(variables)
         }
@@ -329,7 +354,9 @@ class ArrayState:
         """Write the copied arrays' shards to local disk, if not done yet."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            write_shards(pending[0], pending[1], self.shard_bytes)
+            prefix, snapshots = pending
+            arrays = {name: _to_host(value) for name, value in snapshots.items()}
+            write_shards(prefix, arrays, self.shard_bytes)
 
     def restore(
         self, prefix: str, saved: dict[str, Any], options: Any = None
