@@ -12,7 +12,8 @@ Columns (medians of repeats; ours and its baseline interleaved):
   upload     our upload throughput (stage sync + CRC32C + parallel put +
              manifest) / a raw gcsfs put of the same files (goal >= 90%)
   restore    our restore (list, verify, parallel get with CRC32C computed as
-             it streams, TF read) / raw gcsfs get + TF read (goal <= 110%),
+             it streams, safetensors read) / raw gcsfs get + TF read of
+             TensorFlow's own checkpoint of the same variables (goal <= 110%),
              and where our time went
   peak mem   extra host RSS during a save and its upload
 """
