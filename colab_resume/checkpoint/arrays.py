@@ -41,6 +41,7 @@ from colab_resume.checkpoint.errors import StructureMismatchError
 from colab_resume.checkpoint.state import (
     StateLike,
     _describe,
+    _tf_variable,
     _variable_list,
     build_pending_optimizers,
     check_fits,
@@ -261,14 +262,17 @@ def _snapshot(variable: Any) -> Any:
 
     if backend.is_jax():
         return np.array(keras.ops.convert_to_numpy(variable.value), copy=True)
-    # The tf.Variable behind a Keras variable (a MirroredVariable under
-    # MirroredStrategy, which NumPy cannot convert), or a bare one (a
-    # tf.random.Generator's state); read_value() gives one replica's value.
-    inner = variable.value if isinstance(variable, keras.Variable) else variable
-    value = inner.read_value()
-    if "CPU" in (getattr(value, "device", "") or "").upper():
-        return value
-    return np.asarray(value.numpy())
+    # read_value() of a MirroredVariable gives one replica's value.
+    return _kept_on_cpu(_tf_variable(variable).read_value())
+
+
+def _kept_on_cpu(tensor: Any) -> Any:
+    """A CPU tensor as it is (see :func:`_snapshot`); else its host copy."""
+    import numpy as np
+
+    if "CPU" in (getattr(tensor, "device", "") or "").upper():
+        return tensor
+    return np.asarray(tensor.numpy())
 
 
 def _to_host(value: Any) -> Any:
@@ -356,18 +360,12 @@ class ArrayState:
         return [_snapshot(v) for v in variables]
 
     def _traced_read(self, variables: list[Any]) -> list[Any]:
-        import keras
-        import numpy as np
         import tensorflow as tf
 
         if self._reader is None:
-            inner = [v.value if isinstance(v, keras.Variable) else v for v in variables]
+            inner = [_tf_variable(v) for v in variables]
             self._reader = tf.function(lambda: [v.read_value() for v in inner])
-        values = self._reader()
-        return [
-            t if "CPU" in (t.device or "").upper() else np.asarray(t.numpy())
-            for t in values
-        ]
+        return [_kept_on_cpu(t) for t in self._reader()]
 
     def write(self, prefix: str, options: Any = None) -> None:
         """Snapshot every variable (see :func:`_snapshot`); write the shards,
