@@ -360,7 +360,9 @@ class DataFingerprints:
         events: where a reset is announced (once).
     """
 
-    KEEP = 3  # epochs; only the last few matter for a resume
+    # Epochs. Only the last few before the one training matter for a resume,
+    # but a span of epochs (agent/spans.py, up to 8) is recorded as it starts.
+    KEEP = 12
 
     def __init__(
         self,

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume import dataset_graph
+
 # A constant this large in a dataset function is an array that should have
 # been a tensor made once; small lookup tables stay below it.
 LARGE_CONSTANT_BYTES = 16 << 20
@@ -40,42 +42,20 @@ FIX = (
 def embedded_constant_bytes(dataset: Any) -> int:
     """Bytes of the constants in the graphs of ``dataset``'s functions and its inputs'.
 
-    Best effort over TensorFlow's dataset internals (``_inputs``,
-    ``_functions``); anything it cannot read counts as 0.
+    Best effort (:mod:`colab_resume.dataset_graph`); anything it cannot
+    read counts as 0.
     """
     total = 0
-    pending, seen = [dataset], set()
-    while pending:
-        node = pending.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        try:
-            functions = list(node._functions())
-            inputs = list(node._inputs())
-        except Exception:  # not a tf.data dataset we know how to read
-            continue
-        for wrapper in functions:
-            total += _graph_constant_bytes(getattr(wrapper, "function", None))
-        pending.extend(inputs)
-    return total
-
-
-def _graph_constant_bytes(function: Any) -> int:
-    graph = getattr(function, "graph", None)
-    if graph is None:
-        return 0
-    total = 0
-    try:
-        for op in graph.get_operations():
+    for graph in dataset_graph.graphs(dataset):
+        for op in dataset_graph.operations(graph):
             if op.type != "Const":
                 continue
-            output = op.outputs[0]
-            elements = output.shape.num_elements()
-            if elements:
-                total += elements * output.dtype.size
-    except Exception:  # a graph we cannot walk is not a reason to fail training
-        return total
+            try:
+                output = op.outputs[0]
+                elements = output.shape.num_elements()
+                total += elements * output.dtype.size if elements else 0
+            except Exception:  # not a reason to fail training
+                continue
     return total
 
 

@@ -1,11 +1,13 @@
 """``agent.fit``: Keras ``fit`` that can start in the middle of an epoch.
 
 Keras cannot resume mid-epoch (``BackupAndRestore`` in Keras 3 redoes the
-interrupted epoch), so the agent calls ``model.fit`` once per epoch, on that
-epoch's dataset positioned at the resumed step, with ``initial_epoch`` set.
+interrupted epoch), so the agent calls ``model.fit`` on each epoch's own
+dataset, the resumed epoch's positioned at the resumed step, with
+``initial_epoch`` set; later epochs share a call where that is safe
+(:mod:`~colab_resume.agent.spans`).
 One forwarding callback sits between Keras and the user's callbacks: it
 delivers ``on_train_begin`` / ``on_train_end`` once per run rather than once
-per epoch (``EarlyStopping`` and friends reset themselves there), gives them
+per call (``EarlyStopping`` and friends reset themselves there), gives them
 the run's real epoch count and batch numbers, keeps the run's History across
 restarts, and does the agent's duties after every step.
 
@@ -26,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from colab_resume import backend
-from colab_resume.agent import callback_state, metric_state
+from colab_resume.agent import callback_state, metric_state, spans
 from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.random_ops import RandomOpWatch
 from colab_resume.agent.steps import StepDuties
@@ -111,6 +113,7 @@ class KerasFit:
         self.history = _new_history()
         self.epoch = 0
         self.skip = 0
+        self._span_start = (0, 0)  # (first epoch, its skip) of the fit call running
         self.last_logs: dict[str, Any] = {}
         self._user_callbacks: Any = None  # one CallbackList for the whole call
         self._started_callbacks = False
@@ -212,47 +215,95 @@ class KerasFit:
         hook.finish()
 
     def _train_epochs(self, start_epoch: int, skip: int, callbacks: list[Any]) -> None:
-        for epoch in range(start_epoch, self.epochs):
-            self.epoch = epoch
-            self.skip = skip if epoch == start_epoch else 0
-            started = time.perf_counter()
-            self.fingerprints.record(epoch)  # a build and its first batch
-            dataset = epoch_dataset(
-                self.make_dataset,
-                epoch,
-                skip=self.skip,
-                steps_per_epoch=self.steps_per_epoch,
-            )
-            if not backend.is_jax():
-                self.rebuild_watch.check(
-                    dataset, epoch=epoch, seconds=time.perf_counter() - started
-                )
-            # The dataset's own order is the order: Keras cannot shuffle a
-            # tf.data.Dataset or a generator, and its default shuffle=True
-            # says so with a warning under every training cell.
-            fit_options = dict(self.fit_options, shuffle=False)
-            if backend.is_jax():
-                if epoch == start_epoch:
-                    batch = first_batch(self.make_dataset, epoch)
-                    check_numpy_batch(batch, jax_backend.replicas(), epoch)
-            elif epoch == start_epoch:
-                replicas = self.model.distribute_strategy.num_replicas_in_sync
-                check_global_batch(dataset, replicas, epoch)
-            validation = self.validation_data
-            if callable(validation):
-                validation = validation(epoch)
-            self.model.fit(
-                dataset,
-                initial_epoch=epoch,
-                epochs=epoch + 1,
-                steps_per_epoch=self.steps_per_epoch - self.skip,
-                callbacks=callbacks,
-                verbose=self.verbose,
-                validation_data=validation,
-                **fit_options,
-            )
+        """Epoch after epoch, several to a ``fit`` call where that is safe
+        (:mod:`~colab_resume.agent.spans`)."""
+        epoch, length = start_epoch, 1
+        built: list[Any] = []  # datasets built that the last span could not take
+        while epoch < self.epochs:
+            first_skip = skip if epoch == start_epoch else 0
+            if not built:
+                built.append(self._epoch_data(epoch, first_skip, epoch == start_epoch))
+            datasets = self._span(epoch, first_skip, length, built)
+            self._fit_span(epoch, first_skip, datasets, callbacks)
             if self.model.stop_training:
                 break
+            epoch += len(datasets)
+            length = spans.next_length(length)
+
+    def _span(
+        self, epoch: int, skip: int, length: int, built: list[Any]
+    ) -> list[Any]:
+        """The datasets of up to ``length`` epochs from ``epoch`` that can share
+        one ``fit`` call; taken from ``built`` (which keeps any left over)."""
+        span = [built.pop(0)]
+        if (
+            skip
+            or backend.is_jax()
+            or callable(self.validation_data)
+            or self.rebuild_watch.warned  # large or slow: not several at once
+            or not spans.chainable(span[0], self.steps_per_epoch)
+        ):
+            return span
+        while len(span) < length and epoch + len(span) < self.epochs:
+            if not built:
+                built.append(self._epoch_data(epoch + len(span), 0, False))
+            if not spans.chainable(built[0], self.steps_per_epoch):
+                break
+            span.append(built.pop(0))
+        return span
+
+    def _epoch_data(self, epoch: int, skip: int, first: bool) -> Any:
+        """``epoch``'s dataset, positioned at ``skip``; its fingerprint recorded."""
+        started = time.perf_counter()
+        self.fingerprints.record(epoch)  # a build and its first batch
+        dataset = epoch_dataset(
+            self.make_dataset, epoch, skip=skip, steps_per_epoch=self.steps_per_epoch
+        )
+        if backend.is_jax():
+            if first:
+                batch = first_batch(self.make_dataset, epoch)
+                check_numpy_batch(batch, jax_backend.replicas(), epoch)
+            return dataset
+        self.rebuild_watch.check(
+            dataset, epoch=epoch, seconds=time.perf_counter() - started
+        )
+        if first:
+            replicas = self.model.distribute_strategy.num_replicas_in_sync
+            check_global_batch(dataset, replicas, epoch)
+        return dataset
+
+    def _fit_span(
+        self, epoch: int, skip: int, datasets: list[Any], callbacks: list[Any]
+    ) -> None:
+        """One ``model.fit`` over consecutive epochs from ``epoch``."""
+        self.epoch, self.skip = epoch, skip
+        self._span_start = (epoch, skip)
+        try:
+            dataset = spans.chain(datasets)
+        except TypeError:  # their elements differ: one epoch per call
+            dataset, datasets = datasets[0], datasets[:1]
+        # The dataset's own order is the order: Keras cannot shuffle a
+        # tf.data.Dataset or a generator, and its default shuffle=True
+        # says so with a warning under every training cell.
+        fit_options = dict(self.fit_options, shuffle=False)
+        validation = self.validation_data
+        if callable(validation):
+            validation = validation(epoch)
+        self.model.fit(
+            dataset,
+            initial_epoch=epoch,
+            epochs=epoch + len(datasets),
+            steps_per_epoch=self.steps_per_epoch - skip,
+            callbacks=callbacks,
+            verbose=self.verbose,
+            validation_data=validation,
+            **fit_options,
+        )
+
+    def enter_epoch(self, epoch: int) -> None:
+        """Keras begins ``epoch`` (of the current ``fit`` call's span)."""
+        first, skip = self._span_start
+        self.epoch, self.skip = epoch, skip if epoch == first else 0
 
     def start_random_op_watch(self) -> None:
         if self.random_ops is not None:
@@ -348,6 +399,7 @@ def _make_hook(driver: KerasFit, duties: StepDuties) -> Any:
             self.users.on_train_end(getattr(self, "last_train_logs", None))
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            driver.enter_epoch(epoch)
             if driver.skip:
                 # Resumed mid-epoch: this epoch began before the checkpoint.
                 driver.resume_epoch()

@@ -1,0 +1,284 @@
+"""Several epochs to one ``model.fit`` call (colab_resume/agent/spans.py).
+
+Real TensorFlow on the CPU, real local run directories, in this process.
+A span must change nothing the model or the callbacks see: each epoch
+trains on its own ``make_dataset(epoch)``, in order, and the weights, the
+History and the callbacks' calls are those of one ``fit`` call per epoch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow")
+import keras  # noqa: E402
+
+import colab_resume as cr  # noqa: E402
+from colab_resume.agent import spans  # noqa: E402
+
+X = np.random.RandomState(0).randn(96, 4).astype("float32")
+Y = (X @ np.arange(1, 5, dtype="float32")[:, None]).astype("float32")
+STEPS = 6  # of 16 examples
+
+
+def build_model() -> keras.Model:
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(0.05), loss="mse")
+    return model
+
+
+def make_dataset(epoch: int) -> tf.data.Dataset:
+    # A different order every epoch: an epoch fed another epoch's batches
+    # would end with other weights.
+    ds = tf.data.Dataset.from_tensor_slices((X, Y))
+    ds = ds.shuffle(96, seed=epoch, reshuffle_each_iteration=False)
+    return ds.batch(16, drop_remainder=True)
+
+
+class Calls(keras.callbacks.Callback):
+    """Every epoch and batch call, with the epoch each batch is trained in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+        self.epoch = -1
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        self.calls.append(("epoch_begin", epoch))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls.append(("batch", self.epoch, batch))
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.calls.append(("epoch_end", epoch, round(float(logs["loss"]), 6)))
+
+
+class FitCalls:
+    """Counts ``keras.Model.fit`` calls (and the epochs each covered)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.spans: list[tuple[int, int]] = []
+        original = keras.Model.fit
+
+        def fit(model, *args, **kwargs):
+            self.spans.append((kwargs["initial_epoch"], kwargs["epochs"]))
+            return original(model, *args, **kwargs)
+
+        monkeypatch.setattr(keras.Model, "fit", fit)
+
+
+def train(run_dir, data=make_dataset, epochs=7, **fit_options):
+    keras.utils.set_random_seed(3)
+    calls = Calls()
+    agent = cr.Agent(str(run_dir), save_every_steps=5, prefer="cpu")
+    history = agent.fit(
+        build_model,
+        data,
+        epochs=epochs,
+        steps_per_epoch=STEPS,
+        callbacks=[calls],
+        verbose=0,
+        **fit_options,
+    )
+    weights = [v.numpy() for v in agent.model.variables]
+    agent.close()
+    return weights, history, calls.calls
+
+
+def test_spans_grow_and_train_exactly_as_one_fit_per_epoch(tmp_path, monkeypatch):
+    counted = FitCalls(monkeypatch)
+    weights, history, calls = train(tmp_path / "spans")
+    # 1, then 2, then 4 epochs (the last span cut at the run's end).
+    assert counted.spans == [(0, 1), (1, 3), (3, 7)]
+
+    monkeypatch.setattr(spans, "MAX_EPOCHS", 1)
+    counted.spans.clear()
+    alone, alone_history, alone_calls = train(tmp_path / "alone")
+    assert counted.spans == [(e, e + 1) for e in range(7)]
+
+    for a, b in zip(weights, alone, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert history.history == alone_history.history
+    assert history.epoch == list(range(7))
+    assert calls == alone_calls
+    assert [c[1:] for c in calls if c[0] == "batch"] == [
+        (e, b) for e in range(7) for b in range(STEPS)
+    ]
+
+
+def test_a_dataset_of_unknown_length_gets_one_fit_per_epoch(tmp_path, monkeypatch):
+    # filter() hides the length: concatenated, a short epoch would borrow
+    # the next epoch's batches, so it is never chained.
+    counted = FitCalls(monkeypatch)
+
+    def filtered(epoch):
+        return make_dataset(epoch).filter(lambda x, y: True)
+
+    _, history, _ = train(tmp_path / "run", data=filtered, epochs=4)
+    assert counted.spans == [(e, e + 1) for e in range(4)]
+    assert history.epoch == [0, 1, 2, 3]
+
+
+def test_validation_made_per_epoch_gets_one_fit_per_epoch(tmp_path, monkeypatch):
+    counted = FitCalls(monkeypatch)
+    seen = []
+
+    def validation(epoch):
+        seen.append(epoch)
+        return tf.data.Dataset.from_tensor_slices((X[:32], Y[:32])).batch(16)
+
+    _, history, _ = train(tmp_path / "run", epochs=3, validation_data=validation)
+    assert counted.spans == [(0, 1), (1, 2), (2, 3)]
+    assert seen == [0, 1, 2] and len(history.history["val_loss"]) == 3
+
+
+def test_a_fixed_validation_set_is_evaluated_after_every_epoch_of_a_span(
+    tmp_path, monkeypatch
+):
+    counted = FitCalls(monkeypatch)
+    validation = tf.data.Dataset.from_tensor_slices((X[:32], Y[:32])).batch(16)
+    _, history, _ = train(tmp_path / "run", epochs=3, validation_data=validation)
+    assert counted.spans == [(0, 1), (1, 3)]
+    assert len(history.history["val_loss"]) == 3
+
+
+def test_early_stopping_inside_a_span_ends_the_run(tmp_path, monkeypatch):
+    counted = FitCalls(monkeypatch)
+
+    class StopAfter(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 4:
+                self.model.stop_training = True
+
+    agent = cr.Agent(str(tmp_path / "run"), save_every_steps=5, prefer="cpu")
+    history = agent.fit(
+        build_model,
+        make_dataset,
+        epochs=9,
+        steps_per_epoch=STEPS,
+        callbacks=[StopAfter()],
+        verbose=0,
+    )
+    agent.close()
+    assert counted.spans == [(0, 1), (1, 3), (3, 7)]
+    assert history.epoch == [0, 1, 2, 3, 4]
+
+
+def test_chain_hides_the_length_and_keeps_the_order():
+    parts = [tf.data.Dataset.range(3), tf.data.Dataset.range(10, 12)]
+    assert all(spans.chainable(p, len(list(p))) for p in parts)
+    chained = spans.chain(parts)
+    assert int(chained.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    assert [int(v) for v in chained] == [0, 1, 2, 10, 11]
+    assert not spans.chainable(tf.data.Dataset.range(3).repeat(), 3)
+    assert spans.chainable(tf.data.Dataset.range(3).repeat().take(3), 3)
+    assert [spans.next_length(n) for n in (1, 2, 4, 8)] == [2, 4, 8, 8]
+
+
+class StopAt(keras.callbacks.Callback):
+    """Asks the agent to stop after global step ``step`` of this fit."""
+
+    def __init__(self, step: int, agent) -> None:
+        super().__init__()
+        self.step, self.agent, self.seen = step, agent, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen == self.step:
+            self.agent.stop()
+
+
+def test_stopped_inside_a_span_the_rerun_ends_bitwise_equal(tmp_path, monkeypatch):
+    counted = FitCalls(monkeypatch)
+    whole, whole_history, _ = train(tmp_path / "whole")
+    counted.spans.clear()
+
+    keras.utils.set_random_seed(3)
+    agent = cr.Agent(str(tmp_path / "run"), save_every_steps=100, prefer="cpu")
+    stop = StopAt(4 * STEPS + 2, agent)  # epoch 4, inside the span 3..6
+    agent.fit(
+        build_model,
+        make_dataset,
+        epochs=7,
+        steps_per_epoch=STEPS,
+        callbacks=[stop],
+        verbose=0,
+    )
+    agent.close()
+    assert counted.spans == [(0, 1), (1, 3), (3, 7)] and agent.stopped
+    counted.spans.clear()
+
+    weights, history, _ = train(tmp_path / "run")
+    # The resumed epoch alone (it starts at batch 2), then the rest together.
+    assert counted.spans == [(4, 5), (5, 7)]
+    for a, b in zip(whole, weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert history.history == whole_history.history
+
+
+def test_a_dataset_that_reshuffles_each_iteration_is_never_chained(
+    tmp_path, monkeypatch
+):
+    counted = FitCalls(monkeypatch)
+
+    def reshuffled(epoch):  # shuffle's default: a new order at each iteration
+        ds = tf.data.Dataset.from_tensor_slices((X, Y)).shuffle(96, seed=epoch)
+        return ds.batch(16, drop_remainder=True)
+
+    train(tmp_path / "run", data=reshuffled, epochs=3)
+    assert counted.spans == [(0, 1), (1, 2), (2, 3)]
+
+
+def _reads_python(i):
+    return tf.py_function(lambda v: v, [i], tf.int64)
+
+
+@pytest.mark.parametrize(
+    "make, same",
+    [
+        (lambda: tf.data.Dataset.range(8).batch(2), True),
+        (lambda: tf.data.Dataset.range(8).shuffle(8, seed=1), False),
+        (
+            lambda: tf.data.Dataset.range(8).shuffle(
+                8, seed=1, reshuffle_each_iteration=False
+            ),
+            True,
+        ),
+        (lambda: tf.data.Dataset.range(8).map(lambda i: tf.random.uniform([])), False),
+        (
+            lambda: tf.data.Dataset.range(8).map(
+                lambda i: tf.random.stateless_uniform([], seed=[1, i])
+            ),
+            True,
+        ),
+        (
+            lambda: tf.data.Dataset.range(2).interleave(
+                lambda i: tf.data.Dataset.range(3).shuffle(3, seed=1)
+            ),
+            False,
+        ),
+        (lambda: tf.data.Dataset.range(8).map(_reads_python), False),
+        (
+            lambda: tf.data.Dataset.from_generator(
+                lambda: iter(range(3)), output_types=tf.int64
+            ),
+            False,
+        ),
+        (lambda: tf.data.Dataset.random(seed=1).take(3), True),
+        (
+            lambda: tf.data.Dataset.random(seed=1, rerandomize_each_iteration=True),
+            False,
+        ),
+    ],
+)
+def test_same_every_iteration_matches_what_iterating_twice_shows(make, same):
+    from colab_resume.dataset_graph import same_every_iteration
+
+    dataset = make()
+    assert same_every_iteration(dataset) is same
+    if same:  # where it says so, two iterations agree
+        first = [np.asarray(v) for v in dataset.take(6)]
+        again = [np.asarray(v) for v in dataset.take(6)]
+        assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
