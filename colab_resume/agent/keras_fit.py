@@ -230,9 +230,7 @@ class KerasFit:
             epoch += len(datasets)
             length = spans.next_length(length)
 
-    def _span(
-        self, epoch: int, skip: int, length: int, built: list[Any]
-    ) -> list[Any]:
+    def _span(self, epoch: int, skip: int, length: int, built: list[Any]) -> list[Any]:
         """The datasets of up to ``length`` epochs from ``epoch`` that can share
         one ``fit`` call; taken from ``built`` (which keeps any left over)."""
         span = [built.pop(0)]
