@@ -315,7 +315,9 @@ class ArrayState:
         self._setup()
 
     def _setup(self) -> None:
-        self._reader: Any = None  # TensorFlow: one traced read of them all
+        # TensorFlow: one traced read of them all (None: not traced yet;
+        # False: it cannot be).
+        self._reader: Any = None
         self._groups = portable_groups(self.source)
         self.structure: dict[str, Any] = {
             group: [_describe(v) for v in variables]
@@ -349,23 +351,33 @@ class ArrayState:
         On TensorFlow one ``tf.function`` reads them all: a read per
         variable costs tens of microseconds of eager dispatch each, which
         for a model of a few hundred variables is most of a save's
-        blocking time.
+        blocking time. Tracing that function takes a few tenths of a
+        second, so it is traced by :meth:`sync`, on the upload thread,
+        after the first save; the first save reads eagerly.
         """
         variables = [v for group in self._groups.values() for v in group]
-        if not backend.is_jax() and self._reader is not False:
+        reader = self._reader
+        if reader:
             try:
-                return self._traced_read(variables)
+                return [_kept_on_cpu(t) for t in reader()]
             except Exception:  # a variable kind tf.function cannot read
                 self._reader = False
         return [_snapshot(v) for v in variables]
 
-    def _traced_read(self, variables: list[Any]) -> list[Any]:
+    def _trace_reader(self) -> None:
+        """Trace the one-call read of every variable (TensorFlow), once."""
+        if backend.is_jax() or self._reader is not None:
+            return
         import tensorflow as tf
 
-        if self._reader is None:
-            inner = [_tf_variable(v) for v in variables]
-            self._reader = tf.function(lambda: [v.read_value() for v in inner])
-        return [_kept_on_cpu(t) for t in self._reader()]
+        inner = [_tf_variable(v) for group in self._groups.values() for v in group]
+        reader = tf.function(lambda: [v.read_value() for v in inner])
+        try:
+            reader.get_concrete_function()
+        except Exception:  # a variable kind tf.function cannot read
+            self._reader = False
+        else:
+            self._reader = reader
 
     def write(self, prefix: str, options: Any = None) -> None:
         """Snapshot every variable (see :func:`_snapshot`); write the shards,
@@ -387,6 +399,7 @@ class ArrayState:
             prefix, snapshots = pending
             arrays = {name: _to_host(value) for name, value in snapshots.items()}
             write_shards(prefix, arrays, self.shard_bytes)
+        self._trace_reader()
 
     def restore(
         self, prefix: str, saved: dict[str, Any], options: Any = None
