@@ -11,7 +11,8 @@ skip itself::
 
     def make_dataset(epoch, skip=0):
         ds = tf.data.Dataset.range(num_examples)
-        ds = ds.shuffle(num_examples, seed=epoch)   # deterministic per epoch
+        ds = ds.shuffle(num_examples, seed=epoch,   # deterministic per epoch
+                        reshuffle_each_iteration=False)
         ds = ds.batch(global_batch, drop_remainder=True)
         ds = ds.skip(skip)                          # cheap: indices only
         return ds.map(load_and_augment_batch)       # runs only for batches kept

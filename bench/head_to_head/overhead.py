@@ -14,8 +14,10 @@ each run a fresh process:
 Runs are interleaved (plain, agent, TF async, plain, ...), so noise from
 other work on the machine hits all alike. Prints, per contender, the median
 (min-max) of its whole-training time over plain ``fit``'s in the same
-round, and the median blocking time per save (the wall time of the save
-call) — the median over runs of each run's median.
+round; the same for the median time of one step (the steady pace, which
+start-up, epoch ends and TensorFlow's occasional multi-second stall when it
+makes an iterator do not touch); and the median blocking time per save (the
+wall time of the save call) — the median over runs of each run's median.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                         {
                             "train_s": p.first("train_end")["seconds"],
                             "block_s": statistics.median(blocks) if blocks else None,
+                            "step_s": _median_step(p.all("step")),
                         }
                     )
                     scenarios._delete(runner, contender, "clean")
@@ -68,24 +71,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _median_step(steps: list[dict]) -> float:
+    """The median time from one step's end to the next's: the steady pace,
+    untouched by start-up, epoch ends and the rare stall."""
+    times = [e["t"] for e in steps]
+    return statistics.median(b - a for a, b in zip(times, times[1:], strict=False))
+
+
 def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
     base = [r["train_s"] for r in runs["plain_fit"]]
+    base_step = [r["step_s"] for r in runs["plain_fit"]]
     lines = [
         f"`python bench/head_to_head/overhead.py --repeats {args.repeats} "
         f"--epochs {args.epochs}` ({args.epochs * 20} steps, a save every 10)",
         "",
         "| contender | training time, median | / plain fit, median (min-max) "
-        "| blocking per save, median |",
-        "|---|---|---|---|",
+        "| step time / plain fit's, median (min-max) | blocking per save, median |",
+        "|---|---|---|---|---|",
     ]
     for contender in CONTENDERS:
         times = [r["train_s"] for r in runs[contender]]
         ratios = sorted(t / b for t, b in zip(times, base, strict=True))
+        paces = sorted(
+            r["step_s"] / b for r, b in zip(runs[contender], base_step, strict=True)
+        )
         blocks = [r["block_s"] for r in runs[contender] if r["block_s"] is not None]
         block = f"{statistics.median(blocks) * 1e3:.1f} ms" if blocks else "-"
         lines.append(
             f"| {contender} | {statistics.median(times):.2f} s "
             f"| **{statistics.median(ratios):.3f}** ({ratios[0]:.3f}-{ratios[-1]:.3f}) "
+            f"| {statistics.median(paces):.3f} ({paces[0]:.3f}-{paces[-1]:.3f}) "
             f"| {block} |"
         )
     return "\n".join(lines)

@@ -373,7 +373,10 @@ class ArrayState:
         inner = [_tf_variable(v) for group in self._groups.values() for v in group]
         reader = tf.function(lambda: [v.read_value() for v in inner])
         try:
-            reader.get_concrete_function()
+            # Called once here, not only traced: TensorFlow optimises and
+            # instantiates a function's graph at its first call, which
+            # would otherwise block the next save for tens of milliseconds.
+            reader()
         except Exception:  # a variable kind tf.function cannot read
             self._reader = False
         else:
