@@ -15,10 +15,10 @@ Why safetensors: a well-kept, documented tensor format (a JSON header, then
 raw little-endian bytes; no pickle, so loading a checkpoint runs no code),
 readable by NumPy, JAX, PyTorch and TensorFlow alike, with a dtype of its
 own for bfloat16 (``BF16``), which ``.npy`` files can only store as opaque
-void bytes. It is a small wheel, already on Colab. We read it with the
-framework-free ``safetensors.deserialize`` and map dtypes ourselves, since
-``safetensors.numpy`` does not know bfloat16 (``ml_dtypes``, which both
-JAX and TensorFlow bring, does).
+void bytes. It is a small wheel, already on Colab. We write it with
+``safetensors.numpy`` and read it with :mod:`~colab_resume.checkpoint.shard_file`
+(mapped, no copy), mapping dtypes ourselves: ``safetensors.numpy`` does not
+know bfloat16 (``ml_dtypes``, which both JAX and TensorFlow bring, does).
 
 A save blocks the training thread only for a snapshot of the variables (on
 the CPU a reference TensorFlow protects with copy-on-write; elsewhere the
@@ -38,6 +38,7 @@ from typing import Any
 
 from colab_resume import backend
 from colab_resume.checkpoint.errors import StructureMismatchError
+from colab_resume.checkpoint.shard_file import read_views
 from colab_resume.checkpoint.state import (
     StateLike,
     _describe,
@@ -126,25 +127,9 @@ def write_shards(prefix: str, arrays: dict[str, Any], shard_bytes: int) -> None:
 
 
 def read_arrays(path: str) -> dict[str, Any]:
-    """The arrays of a safetensors file, by name, as NumPy arrays."""
-    import numpy as np
-    from safetensors import deserialize
-
-    with open(path, "rb") as f:
-        content = f.read()
-    arrays: dict[str, Any] = {}
-    for name, entry in deserialize(content):  # type: ignore[no-untyped-call]  # untyped extension module
-        code = entry["dtype"]
-        if code not in _DTYPES:
-            raise StructureMismatchError(
-                f"tensor {name} of {path} has dtype {code}, which this version "
-                f"cannot read back."
-            )
-        dtype = _numpy_dtype(_DTYPES[code])
-        # A tuple: reshape([]) would leave a scalar as shape (1,).
-        shape = tuple(int(d) for d in entry["shape"])
-        arrays[name] = np.frombuffer(entry["data"], dtype=dtype).reshape(shape)
-    return arrays
+    """The arrays of a safetensors file, by name, as read-only NumPy views
+    of the file (:mod:`~colab_resume.checkpoint.shard_file`)."""
+    return read_views(path, lambda code: _numpy_dtype(_DTYPES[code]))
 
 
 def read_shards(prefix: str) -> dict[str, Any]:

@@ -1,0 +1,120 @@
+"""Reading safetensors shards by mapping them (colab_resume/checkpoint/shard_file.py).
+
+Real files written by the safetensors library; damaged ones made by editing
+their bytes. A damaged file must be refused with what is wrong, never read
+out of bounds or half-read.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from colab_resume.checkpoint.arrays import read_arrays, write_arrays
+from colab_resume.checkpoint.errors import StructureMismatchError
+from colab_resume.checkpoint.shard_file import DamagedShardError
+
+
+def arrays() -> dict[str, np.ndarray]:
+    rng = np.random.RandomState(0)
+    return {
+        "model/000000": rng.randn(3, 5).astype("float32"),
+        "model/000001": np.float64(2.5),  # a scalar stays shape ()
+        "optimizer/000000": np.array([7, -3], dtype="int64"),
+        "optimizer/000001": rng.randn(4).astype(ml_dtypes.bfloat16),
+        "metrics/000000": np.array([True, False]),
+        "odd/000000": rng.randn(3).astype("float16"),  # leaves later offsets odd
+        "odd/000001": rng.randn(2, 2).astype("float64"),
+    }
+
+
+def test_every_tensor_reads_back_bitwise_with_its_dtype_and_shape(tmp_path):
+    path = str(tmp_path / "ckpt.safetensors")
+    saved = arrays()
+    write_arrays(path, saved)
+    read = read_arrays(path)
+    assert sorted(read) == sorted(saved)
+    for name, value in saved.items():
+        value = np.asarray(value)
+        assert read[name].dtype == value.dtype and read[name].shape == value.shape
+        assert read[name].tobytes() == value.tobytes()
+        assert not read[name].flags.writeable  # a view of the file
+
+
+def _header(path) -> tuple[dict, bytes]:
+    raw = open(path, "rb").read()
+    (length,) = struct.unpack_from("<Q", raw)
+    return json.loads(raw[8 : 8 + length]), raw[8 + length :]
+
+
+def _write(path, header: dict, data: bytes) -> None:
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+@pytest.fixture
+def shard(tmp_path):
+    path = str(tmp_path / "ckpt.safetensors")
+    save_file({"w": np.arange(6, dtype="float32"), "b": np.ones(2, "int32")}, path)
+    return path
+
+
+def test_a_truncated_file_is_refused(shard):
+    raw = open(shard, "rb").read()
+    open(shard, "wb").write(raw[:-4])
+    with pytest.raises(DamagedShardError, match="claims bytes"):
+        read_arrays(shard)
+    open(shard, "wb").write(raw[:5])
+    with pytest.raises(DamagedShardError, match="too short"):
+        read_arrays(shard)
+
+
+def test_a_header_longer_than_the_file_is_refused(shard):
+    raw = bytearray(open(shard, "rb").read())
+    raw[:8] = struct.pack("<Q", 1 << 40)
+    open(shard, "wb").write(bytes(raw))
+    with pytest.raises(DamagedShardError, match="does not fit"):
+        read_arrays(shard)
+
+
+def test_offsets_that_disagree_with_the_shape_are_refused(shard):
+    header, data = _header(shard)
+    header["w"]["shape"] = [7]  # 28 bytes claimed over 24
+    _write(shard, header, data)
+    with pytest.raises(DamagedShardError, match="tensor w"):
+        read_arrays(shard)
+    header["w"]["shape"] = [6]
+    header["w"]["data_offsets"] = [0, 10**9]
+    _write(shard, header, data)
+    with pytest.raises(DamagedShardError, match="tensor w"):
+        read_arrays(shard)
+
+
+def test_a_garbled_header_or_entry_is_refused(shard):
+    header, data = _header(shard)
+    raw = open(shard, "rb").read()
+    (length,) = struct.unpack_from("<Q", raw)
+    open(shard, "wb").write(raw[:8] + b"\xff" * length + raw[8 + length :])
+    with pytest.raises(DamagedShardError, match="unreadable header"):
+        read_arrays(shard)
+    del header["w"]["data_offsets"]
+    _write(shard, header, data)
+    with pytest.raises(DamagedShardError, match="malformed"):
+        read_arrays(shard)
+    _write(shard, ["not", "an", "object"], data)  # type: ignore[arg-type]
+    with pytest.raises(DamagedShardError, match="not a JSON object"):
+        read_arrays(shard)
+
+
+def test_an_unknown_dtype_is_named(shard):
+    header, data = _header(shard)
+    header["w"]["dtype"] = "F8_E4M3"
+    _write(shard, header, data)
+    with pytest.raises(StructureMismatchError, match="dtype F8_E4M3"):
+        read_arrays(shard)
