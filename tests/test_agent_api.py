@@ -62,6 +62,9 @@ def test_fit_completes_and_a_second_fit_returns_at_once(tmp_path):
     )
     assert history.epoch == [0, 1] and len(history.history["loss"]) == 2
     assert agent.status().state == "COMPLETED"
+    # The last beat names the final checkpoint (the CLI and panel read it).
+    beat = Storage(str(tmp_path / "run")).read_json(rundir.heartbeat_path(1))
+    assert beat["state"] == "completed" and beat["checkpoint_step"] == 32
     weights = [v.numpy() for v in agent.model.variables]
 
     again = agent_for(tmp_path / "run")

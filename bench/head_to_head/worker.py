@@ -101,7 +101,7 @@ def _train(
             save_every_steps=schedule.save_every,
             save_every_seconds=None,
             # Short beats so a dead holder is recognised within seconds and a
-            # live one is seen beating; the defaults are 30 s / 120 s.
+            # live one is seen beating; the defaults are 10 s / 40 s.
             heartbeat_seconds=1.0,
             dead_after_seconds=3.0,
             storage_options=(

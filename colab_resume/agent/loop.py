@@ -274,6 +274,7 @@ class RunLoop:
         duties.save(duties.step, reason="final")
         manager.wait()
         manager.check()
+        duties.beat()  # the final beat names the final checkpoint
         self.stopped = self.controls.stop_requested and (
             total_steps is None or duties.step < total_steps
         )

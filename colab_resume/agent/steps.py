@@ -77,7 +77,7 @@ class StepDuties:
         """Duties after ``step`` steps are complete; True when training must stop."""
         self.step = step
         self.consistent = True
-        self.session.update(step=step, state="training")
+        self.beat(step=step, state="training")
         self.session.check()  # fenced by a newer session?
         self.manager.check()  # a failed background upload?
         if self.controls.take_save_request():
@@ -97,6 +97,13 @@ class StepDuties:
         self.tick()
         self._call_hooks(step)
         return False
+
+    def beat(self, **fields: Any) -> None:
+        """Tell the heartbeat ``fields``, and the step of the last commit."""
+        committed = self.manager.last_committed
+        if committed is not None:
+            fields["checkpoint_step"] = committed.step
+        self.session.update(**fields)
 
     def _call_hooks(self, step: int) -> None:
         for hook in list(self.hooks):

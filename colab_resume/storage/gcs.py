@@ -5,7 +5,7 @@ to 32 s between them), invisible to the caller. Under our
 :class:`~colab_resume.storage.retry.RetryPolicy` that nested loop would
 multiply attempts, hide every fault from the ``on_retry`` hook (so the
 panel and the events never say that storage is struggling), and impose
-backoffs far longer than a 30 s heartbeat can afford. This subclass runs
+backoffs far longer than a 10 s heartbeat can afford. This subclass runs
 gcsfs's request methods without their retry wrapper, so the policy is the
 one retry loop, with its own budget and backoff.
 
