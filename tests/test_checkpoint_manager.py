@@ -9,6 +9,7 @@ processes (test_checkpoint_process.py).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -253,6 +254,16 @@ def test_retention_keeps_newest_and_cleans_dead_leftovers(storage):
         "step-000000010.e00000002",
         "step-000000009.e00000003",  # newer lease: not ours to clean
     }
+
+
+def test_retention_in_a_local_run_dir_leaves_no_empty_folders(tmp_path):
+    storage = Storage(str(tmp_path / "run"))
+    mgr = manager(storage, keep=2)
+    save_steps(mgr, [1, 2, 3, 4])
+    assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == [
+        "step-000000003.e00000001",
+        "step-000000004.e00000001",
+    ]
 
 
 class DeleteFailsAfter(Storage):

@@ -63,3 +63,4 @@ def delete(storage: Storage, entry: CheckpointDir, fence: Callable[[], None]) ->
     fence()
     for file_name in commit.deletion_order(entry.objects):
         storage.delete(f"{entry.name.path}/{file_name}")
+    storage.remove_empty_folder(entry.name.path)

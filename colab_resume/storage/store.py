@@ -616,6 +616,16 @@ class Storage:
 
         self._call(f"delete {rel}", rm)
 
+    def remove_empty_folder(self, rel: str) -> None:
+        """Remove the folder ``rel`` if it is empty, where folders exist.
+
+        Object stores have none (a prefix vanishes with its last object); a
+        local run directory would keep one per deleted checkpoint.
+        """
+        if self.protocol == "file":
+            with contextlib.suppress(OSError):  # not empty, or already gone
+                os.rmdir(self.full(rel))
+
 
 def _filesystem(protocol: str, options: dict[str, Any]) -> Any:
     if protocol in GCS_PROTOCOLS:
