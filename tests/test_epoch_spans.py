@@ -282,3 +282,27 @@ def test_same_every_iteration_matches_what_iterating_twice_shows(make, same):
         first = [np.asarray(v) for v in dataset.take(6)]
         again = [np.asarray(v) for v in dataset.take(6)]
         assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_validation_steps_or_an_ema_optimizer_get_one_fit_per_epoch(
+    tmp_path, monkeypatch
+):
+    # Keras keeps the validation iterator, and puts EMA weights into the
+    # model, once per fit call: where the calls split would show.
+    counted = FitCalls(monkeypatch)
+    validation = tf.data.Dataset.from_tensor_slices((X, Y)).batch(16).repeat()
+    train(tmp_path / "steps", epochs=3, validation_data=validation, validation_steps=2)
+    assert counted.spans == [(0, 1), (1, 2), (2, 3)]
+
+    counted.spans.clear()
+
+    def build_ema() -> keras.Model:
+        model = build_model()
+        model.compile(optimizer=keras.optimizers.Adam(0.05, use_ema=True), loss="mse")
+        return model
+
+    keras.utils.set_random_seed(3)
+    agent = cr.Agent(str(tmp_path / "ema"), save_every_steps=5, prefer="cpu")
+    agent.fit(build_ema, make_dataset, epochs=3, steps_per_epoch=STEPS, verbose=0)
+    agent.close()
+    assert counted.spans == [(0, 1), (1, 2), (2, 3)]

@@ -237,7 +237,9 @@ class KerasFit:
         if (
             skip
             or backend.is_jax()
-            or callable(self.validation_data)
+            or not spans.boundaries_invisible(
+                self.model, self.validation_data, self.fit_options["validation_steps"]
+            )
             or self.rebuild_watch.warned  # large or slow: not several at once
             or not spans.chainable(span[0], self.steps_per_epoch)
         ):

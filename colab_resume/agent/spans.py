@@ -14,7 +14,8 @@ concatenated in order, each epoch still built by its own
 ``make_dataset(epoch)``. The first epoch stays alone, so the first step of
 a session waits for one dataset, not many.
 
-A span is only used where it cannot change what an epoch trains on:
+A span is only used where the calls' boundaries are invisible to the model
+(:func:`boundaries_invisible`) and it cannot change what an epoch trains on:
 
 - each epoch's dataset yields exactly ``steps_per_epoch`` batches, known
   before iterating (a finite dataset long enough, or a ``repeat()`` cut by
@@ -47,6 +48,28 @@ MAX_EPOCHS = 8
 def next_length(length: int) -> int:
     """How many epochs the span after one of ``length`` epochs may hold."""
     return min(2 * length, MAX_EPOCHS)
+
+
+def boundaries_invisible(model: Any, validation: Any, validation_steps: Any) -> bool:
+    """True when where one ``fit`` call ends and the next begins changes
+    nothing but the data's iterators.
+
+    A run resumed mid-epoch splits its calls elsewhere than the run that was
+    not interrupted, so whatever Keras does once per call must not matter:
+
+    - validation made per epoch (a callable) needs a call per epoch;
+    - with ``validation_steps``, Keras keeps the validation iterator for the
+      whole call, so each evaluation would go on where the last one stopped,
+      not from the start as in a call of its own;
+    - an optimizer with ``use_ema`` puts its moving averages into the model
+      at the end of every call (``finalize_variable_values``).
+    """
+    optimizer = getattr(model, "optimizer", None)
+    return not (
+        callable(validation)
+        or (validation is not None and validation_steps is not None)
+        or getattr(optimizer, "use_ema", False)
+    )
 
 
 def chainable(dataset: Any, steps: int) -> bool:
