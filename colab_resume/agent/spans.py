@@ -86,10 +86,10 @@ def chain(datasets: Sequence[Any]) -> Any:
     Raises:
         TypeError: their elements differ in structure or type.
     """
+    if len(datasets) == 1:  # also every JAX epoch: no TensorFlow there
+        return datasets[0]
     import tensorflow as tf
 
-    if len(datasets) == 1:
-        return datasets[0]
     combined = datasets[0]
     for dataset in datasets[1:]:
         combined = combined.concatenate(dataset)
