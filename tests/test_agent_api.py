@@ -14,6 +14,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow")
 import keras  # noqa: E402
+from support.toy import at_step  # noqa: E402
 
 import colab_resume as cr  # noqa: E402
 from colab_resume import rundir  # noqa: E402
@@ -40,19 +41,6 @@ def make_dataset(epoch: int) -> tf.data.Dataset:
 def agent_for(run_dir, **options) -> cr.Agent:
     defaults = dict(save_every_steps=4, heartbeat_seconds=0.5, prefer="cpu")
     return cr.Agent(str(run_dir), **{**defaults, **options})
-
-
-class AtStep(keras.callbacks.Callback):
-    """Calls ``action`` once, after global batch ``step`` (1-based) of this fit."""
-
-    def __init__(self, step: int, action) -> None:
-        super().__init__()
-        self.step, self.action, self.seen = step, action, 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seen += 1
-        if self.seen == self.step:
-            self.action()
 
 
 def test_fit_completes_and_a_second_fit_returns_at_once(tmp_path):
@@ -98,7 +86,7 @@ def test_stop_checkpoints_and_the_next_fit_continues(tmp_path):
         epochs=2,
         steps_per_epoch=16,
         verbose=0,
-        callbacks=[AtStep(5, agent.stop)],
+        callbacks=[at_step(5, agent.stop)],
     )
     # A stop is visible, not a silent half-trained "finished" model.
     assert history.stopped is True and agent.stopped is True
@@ -127,7 +115,7 @@ def test_a_resume_says_where_it_resumed_above_the_progress_bar(tmp_path, capsys)
         epochs=2,
         steps_per_epoch=16,
         verbose=0,
-        callbacks=[AtStep(5, agent.stop)],
+        callbacks=[at_step(5, agent.stop)],
     )
     capsys.readouterr()
     resumed = agent_for(tmp_path / "run")
@@ -187,7 +175,7 @@ def test_save_now_and_pause_resume_from_another_thread(tmp_path):
         epochs=1,
         steps_per_epoch=16,
         verbose=0,
-        callbacks=[AtStep(3, agent.save_now), AtStep(9, pause_then_resume)],
+        callbacks=[at_step(3, agent.save_now), at_step(9, pause_then_resume)],
     )
     assert paused.is_set()
     committed = [e.step for e in agent.events.recent(kind="checkpoint.committed")]
@@ -308,7 +296,7 @@ def test_lighter_path_restore_and_callback(tmp_path):
         epochs=2,
         steps_per_epoch=16,
         verbose=0,
-        callbacks=[AtStep(6, other.stop), other.callback()],
+        callbacks=[at_step(6, other.stop), other.callback()],
     )
     later = agent_for(tmp_path / "other")
     start = later.restore(build_model())

@@ -13,6 +13,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow")
 import keras  # noqa: E402
+from support.toy import at_step  # noqa: E402
 
 import colab_resume as cr  # noqa: E402
 from colab_resume.agent import spans  # noqa: E402
@@ -177,19 +178,6 @@ def test_chain_hides_the_length_and_keeps_the_order():
     assert [spans.next_length(n) for n in (1, 2, 4, 8)] == [2, 4, 8, 8]
 
 
-class StopAt(keras.callbacks.Callback):
-    """Asks the agent to stop after global step ``step`` of this fit."""
-
-    def __init__(self, step: int, agent) -> None:
-        super().__init__()
-        self.step, self.agent, self.seen = step, agent, 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seen += 1
-        if self.seen == self.step:
-            self.agent.stop()
-
-
 def test_stopped_inside_a_span_the_rerun_ends_bitwise_equal(tmp_path, monkeypatch):
     counted = FitCalls(monkeypatch)
     whole, whole_history, _ = train(tmp_path / "whole")
@@ -197,7 +185,7 @@ def test_stopped_inside_a_span_the_rerun_ends_bitwise_equal(tmp_path, monkeypatc
 
     keras.utils.set_random_seed(3)
     agent = cr.Agent(str(tmp_path / "run"), save_every_steps=100, prefer="cpu")
-    stop = StopAt(4 * STEPS + 2, agent)  # epoch 4, inside the span 3..6
+    stop = at_step(4 * STEPS + 2, agent.stop)  # epoch 4, inside the span 3..6
     agent.fit(
         build_model,
         make_dataset,

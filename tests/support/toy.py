@@ -33,6 +33,24 @@ def epoch_batches(x: Any, y: Any, batch: int, shuffle_seed: int) -> Any:
     )
 
 
+def at_step(step: int, action: Any) -> Any:
+    """A Keras callback calling ``action()`` once, after global batch ``step``
+    (1-based) of the ``fit`` it is given to."""
+    import keras
+
+    class AtStep(keras.callbacks.Callback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen = 0
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.seen += 1
+            if self.seen == step:
+                action()
+
+    return AtStep()
+
+
 def tiny_fit_parts() -> tuple[Any, Any]:
     """``(build_model, dataset)`` for the smallest real ``agent.fit``: one
     Dense layer on 64 examples in batches of 8 (8 steps an epoch)."""
