@@ -294,3 +294,22 @@ def test_validation_steps_or_an_ema_optimizer_get_one_fit_per_epoch(
     agent.fit(build_ema, make_dataset, epochs=3, steps_per_epoch=STEPS, verbose=0)
     agent.close()
     assert counted.spans == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_epochs_whose_batches_differ_in_structure_train_one_by_one(
+    tmp_path, monkeypatch
+):
+    # Epoch 1 adds sample weights: it cannot be concatenated with epoch 2,
+    # so each trains alone and none is skipped.
+    counted = FitCalls(monkeypatch)
+
+    def weighted_on_odd_epochs(epoch):
+        ds = make_dataset(epoch)
+        if epoch % 2:
+            ds = ds.map(lambda x, y: (x, y, tf.ones_like(y[:, 0])))
+        return ds
+
+    _, history, calls = train(tmp_path / "run", data=weighted_on_odd_epochs, epochs=3)
+    assert counted.spans == [(0, 1), (1, 2), (2, 3)]
+    assert history.epoch == [0, 1, 2]
+    assert [c[1] for c in calls if c[0] == "epoch_begin"] == [0, 1, 2]

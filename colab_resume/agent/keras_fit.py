@@ -224,10 +224,11 @@ class KerasFit:
             if not built:
                 built.append(self._epoch_data(epoch, first_skip, epoch == start_epoch))
             datasets = self._span(epoch, first_skip, length, built)
-            self._fit_span(epoch, first_skip, datasets, callbacks)
+            trained = self._fit_span(epoch, first_skip, datasets, callbacks)
             if self.model.stop_training:
                 break
-            epoch += len(datasets)
+            built[:0] = datasets[trained:]  # not chained after all: next
+            epoch += trained
             length = spans.next_length(length)
 
     def _span(self, epoch: int, skip: int, length: int, built: list[Any]) -> list[Any]:
@@ -274,8 +275,9 @@ class KerasFit:
 
     def _fit_span(
         self, epoch: int, skip: int, datasets: list[Any], callbacks: list[Any]
-    ) -> None:
-        """One ``model.fit`` over consecutive epochs from ``epoch``."""
+    ) -> int:
+        """One ``model.fit`` over consecutive epochs from ``epoch``; returns
+        how many it trained (the first only, if they cannot be chained)."""
         self.epoch, self.skip = epoch, skip
         self._span_start = (epoch, skip)
         try:
@@ -299,6 +301,7 @@ class KerasFit:
             validation_data=validation,
             **fit_options,
         )
+        return len(datasets)
 
     def enter_epoch(self, epoch: int) -> None:
         """Keras begins ``epoch`` (of the current ``fit`` call's span)."""
