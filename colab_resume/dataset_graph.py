@@ -66,17 +66,32 @@ def same_every_iteration(dataset: Any) -> bool:
             return False
         if getattr(node, "_rerandomize", False):
             return False
-        if not hasattr(node, "_functions"):
+        try:  # datasets() and graphs() pass over what they cannot read
+            node._inputs()
+            functions = list(node._functions())
+        except Exception:
             return False
-    for graph in graphs(dataset):
-        for op in operations(graph):
-            kind = op.type
-            if "Shuffle" in kind and _attr(op, "reshuffle_each_iteration", True):
+        for wrapper in functions:
+            if not _same_every_run(getattr(wrapper, "function", None)):
                 return False
-            if any(mark in kind for mark in _STATEFUL_MARKS) and not kind.startswith(
-                "Stateless"
-            ):
-                return False
+    return True
+
+
+def _same_every_run(function: Any) -> bool:
+    """True when a dataset function's graph holds nothing that can change
+    between its runs; False also for a graph that cannot be read."""
+    try:
+        ops = list(function.graph.get_operations())
+    except Exception:
+        return False
+    for op in ops:
+        kind = op.type
+        if "Shuffle" in kind and _attr(op, "reshuffle_each_iteration", True):
+            return False
+        if any(mark in kind for mark in _STATEFUL_MARKS) and not kind.startswith(
+            "Stateless"
+        ):
+            return False
     return True
 
 
