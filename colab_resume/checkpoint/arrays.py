@@ -340,14 +340,17 @@ class ArrayState:
         second, so it is traced by :meth:`sync`, on the upload thread,
         after the first save; the first save reads eagerly.
         """
-        variables = [v for group in self._groups.values() for v in group]
         reader = self._reader
         if reader:
             try:
                 return [_kept_on_cpu(t) for t in reader()]
             except Exception:  # a variable kind tf.function cannot read
                 self._reader = False
-        return [_snapshot(v) for v in variables]
+        return [_snapshot(v) for v in self._variables()]
+
+    def _variables(self) -> list[Any]:
+        """Every variable, in group order (the order of the tensors' names)."""
+        return [v for group in self._groups.values() for v in group]
 
     def _trace_reader(self) -> None:
         """Trace the one-call read of every variable (TensorFlow), once."""
@@ -355,7 +358,7 @@ class ArrayState:
             return
         import tensorflow as tf
 
-        inner = [_tf_variable(v) for group in self._groups.values() for v in group]
+        inner = [_tf_variable(v) for v in self._variables()]
         reader = tf.function(lambda: [v.read_value() for v in inner])
         try:
             # Called once here, not only traced: TensorFlow optimises and
