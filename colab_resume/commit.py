@@ -7,19 +7,23 @@ A checkpoint ``checkpoints/step-S.eL/`` is committed when, and only when:
    in flight, one that died, or one deleted halfway; and
 2. no lease above ``L`` had been taken when the manifest was stored, by
    the storage server's clock: the manifest's ``updated`` is earlier than
-   lease ``L + 1``'s. A holder checks its fence right before writing the
-   manifest, so a newer session can take the run in between; the
-   manifest then belongs to a fenced session, whose successor may already
-   have restored an older step and be training from there. A tie counts as
-   late: one clock stamped both, and equal stamps do not prove the
-   manifest came first.
+   that of the first lease above ``L``. A holder checks its fence right
+   before writing the manifest, so a newer session can take the run in
+   between; the manifest then belongs to a fenced session, whose successor
+   may already have restored an older step and be training from there. A
+   tie counts as late: one clock stamped both, and equal stamps do not
+   prove the manifest came first.
 
-Only leases ``L + 1`` matter: nobody creates ``L + 2`` without having seen
-``L + 1``. A committed checkpoint is the only kind restore reads, liveness
-reports, or retention keeps; the rest are leftovers. Uncommitting goes the
-other way: the manifest is deleted first (:func:`deletion_order`), so a
-deletion cut short leaves an uncommitted directory, never a committed one
-with files missing.
+Any lease above ``L`` counts, not only ``L + 1``. Sessions number leases
+one above the highest they see, but a lease object can be planted with any
+number (``lease/00000003.json`` while lease 1 trains): the next session
+then takes 4, and lease 1 is fenced by 3 and 4 alike — the holder's check
+(:func:`colab_resume.heartbeat.lease.successor`) and this rule read the
+same listing. A committed checkpoint is the only kind restore reads,
+liveness reports, or retention keeps; the rest are leftovers. Uncommitting
+goes the other way: the manifest is deleted first (:func:`deletion_order`),
+so a deletion cut short leaves an uncommitted directory, never a committed
+one with files missing.
 
 Pure functions: the facts come from a :class:`~colab_resume.listing.RunListing`.
 """
@@ -41,8 +45,8 @@ def judge(manifest: ObjectInfo | None, next_lease_taken_at: float | None) -> str
 
     Args:
         manifest: its ``MANIFEST.json`` as listed, None when absent.
-        next_lease_taken_at: server time lease ``L + 1`` was stored, None
-            while no session has taken it.
+        next_lease_taken_at: server time the first lease above ``L`` was
+            stored, None while no session has taken one.
 
     Returns:
         :data:`COMMITTED`, :data:`UNCOMMITTED` or :data:`FENCED`.

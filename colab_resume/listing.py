@@ -37,8 +37,8 @@ class CheckpointDir:
     Attributes:
         name: its parsed name (step, lease).
         objects: file name -> metadata, for the files directly inside it.
-        next_lease_taken_at: server time lease ``name.lease + 1`` was
-            stored; None while nobody has taken it.
+        next_lease_taken_at: server time the first lease above
+            ``name.lease`` was stored; None while nobody has taken one.
     """
 
     name: CheckpointName
@@ -114,12 +114,18 @@ class RunListing:
 def read_leases(storage: Storage) -> tuple[Lease, ...]:
     """Every lease of ``storage``, ascending: one listing of ``lease/``.
 
-    For readers that need nothing else (a session waiting on a holder);
+    The one place that says what a lease object is, for every reader and
+    writer: the holder checking for a successor
+    (:func:`~colab_resume.heartbeat.lease.successor`), a session choosing
+    the next number, liveness, the commit rule and the CLI.
     :meth:`RunListing.read` takes its leases from here too.
 
     Raises:
-        CorruptRecordError: a lease number no session makes: above
-            :data:`~colab_resume.rundir.MAX_LEASE` (8 digits), or more than
+        CorruptRecordError: an object under ``lease/`` that is not a lease
+            (another width, other digits, a folder: see
+            :func:`~colab_resume.rundir.parse_lease_name`), or a lease
+            number no session makes: above
+            :data:`~colab_resume.rundir.MAX_LEASE`, or more than
             :data:`MAX_LEASE_GAP` above the number of leases. Taking the
             next number would give a lease whose checkpoints nobody sees.
     """
@@ -131,9 +137,16 @@ def _leases(url: str, objects: Iterable[ObjectInfo]) -> tuple[Lease, ...]:
     for info in objects:
         if not info.path.startswith(LEASE_DIR + "/"):
             continue
-        number = rundir.parse_lease_name(info.path.rsplit("/", 1)[-1])
-        if number is not None:
-            found.append((number, info))
+        name = info.path[len(LEASE_DIR) + 1 :]
+        number = rundir.parse_lease_name(name)
+        if number is None:
+            raise CorruptRecordError(
+                f"{url}/{info.path} is not a lease object: sessions name their "
+                f"leases with 8 digits from 1 ({rundir.lease_path(1)}), and "
+                f"nothing else belongs in {LEASE_DIR}/. It was put there by hand "
+                f"or by damage; delete {url}/{info.path} to let the run continue."
+            )
+        found.append((number, info))
     found.sort(key=lambda pair: pair[0])
     if found:
         number, info = found[-1]
@@ -164,13 +177,23 @@ def _group(
         if name is None:
             continue
         grouped.setdefault(name, {})[parts[2]] = info
-    # Leases are create-only, never rewritten: ``updated`` is when taken.
-    taken_at = {number: info.updated for number, info in leases}
     return tuple(
         CheckpointDir(
             name=name,
             objects=grouped[name],
-            next_lease_taken_at=taken_at.get(name.lease + 1),
+            next_lease_taken_at=_first_taken_above(leases, name.lease),
         )
         for name in sorted(grouped)
     )
+
+
+def _first_taken_above(leases: tuple[Lease, ...], lease: int) -> float | None:
+    """When the first lease above ``lease`` was taken (server time), or None.
+
+    Any lease above fences ``lease``, not only ``lease + 1``: a planted
+    ``lease/00000003.json`` while lease 1 trains makes the next session take
+    4, and lease 1's later manifests must count as late against 3's stamp.
+    Leases are create-only, never rewritten: ``updated`` is when taken.
+    """
+    stamps = [info.updated for number, info in leases if number > lease]
+    return min(stamps) if stamps else None

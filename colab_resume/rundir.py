@@ -24,10 +24,14 @@ HEARTBEAT_DIR = "heartbeat"
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = "MANIFEST.json"
 
-# Lease numbers are written with 8 digits; any width is read, so a hostile
-# or mistyped name is seen (and refused) rather than silently skipped.
+# A lease object is named with exactly 8 ASCII digits, from 00000001. Any
+# other name under lease/ is not a lease, and every reader refuses the run
+# by that name (colab_resume.listing.read_leases) rather than skip it: a
+# second width would give one number two objects, and create-only would no
+# longer decide who took it. ``[0-9]``, not ``\d``: ``\d`` matches every
+# script's digits, and ``int("３")`` is 3.
 MAX_LEASE = 99_999_999
-_LEASE_RE = re.compile(r"^(\d+)\.json$")
+_LEASE_RE = re.compile(r"([0-9]{8})\.json")  # fullmatch: no trailing newline
 _CHECKPOINT_RE = re.compile(r"^step-(\d{9})\.e(\d{8})$")
 
 
@@ -40,14 +44,16 @@ def heartbeat_path(lease: int) -> str:
 
 
 def parse_lease_name(name: str) -> int | None:
-    """Lease number of ``00000007.json`` (a bare file name, any width), else None."""
-    match = _LEASE_RE.match(name)
+    """Lease number of ``00000007.json`` (a bare file name), else None.
+
+    None for every other name: another width (``7.json``), other digits
+    (``７.json``), lease 0, a trailing newline.
+    """
+    match = _LEASE_RE.fullmatch(name)
     if not match:
         return None
-    digits = match.group(1)
-    # Past 18 digits the number only matters as "absurd"; int() of a long
-    # enough string would itself fail.
-    return int(digits) if len(digits) <= 18 else 10**18
+    number = int(match.group(1))
+    return number if number >= 1 else None
 
 
 @dataclasses.dataclass(frozen=True, order=True)

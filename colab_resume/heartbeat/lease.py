@@ -3,17 +3,23 @@
 A session owns the run when it created the highest ``lease/NNNNNNNN.json``.
 Leases are created one number above the highest one seen, create-only,
 so of several sessions racing for the same number exactly one wins.
-Because nobody can create lease N+2 without having seen N+1, a holder of
-lease N learns it was superseded from one cheap existence check of N+1.
-Listing the leases is the run directory listing's job
-(:func:`colab_resume.listing.read_leases`).
+A holder of lease N is superseded by *any* lease object above N, not only
+N+1: a lease can be planted with any number, and the next session then
+takes one above that, so a check of N+1 alone would let two sessions
+write. The holder therefore lists ``lease/`` (one request) through the run
+directory listing (:func:`colab_resume.listing.read_leases`), which is also
+the one place that says what a lease object is; an object there that is
+not one fences the holder as it refuses every other reader.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError, LeaseRaceError
 from colab_resume.heartbeat.records import LeaseRecord, parse, to_json
+from colab_resume.listing import read_leases
 from colab_resume.storage import Storage
 
 
@@ -47,9 +53,15 @@ def take_lease(storage: Storage, record: LeaseRecord) -> None:
         ) from None
 
 
-def is_superseded(storage: Storage, lease: int) -> bool:
-    """True once some session has taken a lease above ``lease``."""
-    return storage.exists(rundir.lease_path(lease + 1))
+def successor(storage: Storage, lease: int) -> int | None:
+    """The lowest lease number above ``lease``, or None while there is none.
+
+    Raises:
+        CorruptRecordError: ``lease/`` holds an object that is not a lease,
+            or an absurd number (:func:`~colab_resume.listing.read_leases`).
+    """
+    above = [number for number, _ in read_leases(storage) if number > lease]
+    return min(above) if above else None
 
 
 # What verify_lease found: the lease is still ours; it had been deleted and
@@ -57,14 +69,29 @@ def is_superseded(storage: Storage, lease: int) -> bool:
 HELD, RESTORED, SUPERSEDED, LOST = "held", "restored", "superseded", "lost"
 
 
-def verify_lease(storage: Storage, record: LeaseRecord) -> str:
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What :func:`verify_lease` found.
+
+    Attributes:
+        state: ``HELD``, ``RESTORED``, ``SUPERSEDED`` or ``LOST``.
+        by: the lease that superseded this one (``SUPERSEDED`` only).
+        why: what made the lease ``LOST``, in words.
+    """
+
+    state: str
+    by: int | None = None
+    why: str = ""
+
+
+def verify_lease(storage: Storage, record: LeaseRecord) -> Verdict:
     """Whether ``record`` still makes its session the owner of the run.
 
-    The cheap check (:func:`is_superseded`) cannot see the holder's own
-    lease vanish: if someone deletes ``lease/N`` behind the holder's back,
-    the next session computes ``N`` as the next number, creates it and
-    trains, while the old holder never sees an ``N + 1``: two committers.
-    So the holder also reads its own lease:
+    First: is there any lease above it (:func:`successor`)? Then the holder
+    reads its own lease, because a check from above cannot see the holder's
+    own lease vanish: if someone deletes ``lease/N`` behind the holder's
+    back, the next session computes ``N`` as the next number, creates it and
+    trains, while the old holder sees nothing above ``N``: two committers.
 
     - gone: it is created again, create-only, from the record. If that
       fails someone else took number ``N`` meanwhile, and this session is
@@ -72,22 +99,29 @@ def verify_lease(storage: Storage, record: LeaseRecord) -> str:
     - another session's, or unreadable (damage): this session can no
       longer prove it owns the run, so it stops writing (``LOST``).
 
-    Returns:
-        ``HELD``, ``RESTORED``, ``SUPERSEDED`` or ``LOST``.
+    ``lease/`` holding something that is not a lease is ``LOST`` too: every
+    other reader refuses the run by that object's name, and a holder that
+    cannot read the leases cannot prove that none is above its own.
     """
-    if is_superseded(storage, record.lease):
-        return SUPERSEDED
+    try:
+        above = successor(storage, record.lease)
+    except CorruptRecordError as exc:
+        return Verdict(LOST, why=str(exc))
+    if above is not None:
+        return Verdict(SUPERSEDED, by=above)
     try:
         current = read_lease(storage, record.lease)
     except FileNotFoundError:
         try:
             take_lease(storage, record)
         except LeaseRaceError:
-            return LOST
-        return RESTORED
-    except CorruptRecordError:
-        return LOST
-    return HELD if current.session_id == record.session_id else LOST
+            return Verdict(LOST, why=f"lease {record.lease} was taken again")
+        return Verdict(RESTORED)
+    except CorruptRecordError as exc:
+        return Verdict(LOST, why=str(exc))
+    if current.session_id != record.session_id:
+        return Verdict(LOST, why=f"lease {record.lease} names another session")
+    return Verdict(HELD)
 
 
 def _describe_winner(storage: Storage, lease: int) -> str:

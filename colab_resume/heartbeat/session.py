@@ -259,14 +259,15 @@ class RunSession:
         if self.writer.fenced_by == self.lease:
             return FencedError(
                 f"Session {self.session_id} (lease {self.lease}) was fenced: "
-                f"{self.storage.url}/{rundir.lease_path(self.lease)} no longer "
-                f"names this session (it was replaced or damaged), so it cannot "
-                f"prove it owns the run and stopped writing. Check who else "
-                f"trains this run; rerun to take it over cleanly."
+                f"{self.storage.url}/{rundir.LEASE_DIR}/ no longer proves that "
+                f"this session owns the run (its lease was replaced or damaged, "
+                f"or an object that is not a lease was put there), so it stopped "
+                f"writing. Check who else trains this run; rerun to take it over "
+                f"cleanly."
             )
         return FencedError(
             f"Session {self.session_id} (lease {self.lease}) was fenced: a newer "
-            f"session took lease {self.lease + 1} of {self.storage.url}. This "
+            f"session took lease {self.writer.fenced_by} of {self.storage.url}. This "
             f"session stopped writing; training continues in the newer session."
         )
 

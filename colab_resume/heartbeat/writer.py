@@ -185,7 +185,7 @@ class HeartbeatWriter:
             True while this session owns the run.
         """
         verdict = leases.verify_lease(storage or self._storage, self._lease)
-        if verdict == leases.RESTORED:
+        if verdict.state == leases.RESTORED:
             self._events.emit(
                 "lease.restored",
                 f"lease {self._lease.lease} had been deleted from storage; "
@@ -193,8 +193,8 @@ class HeartbeatWriter:
                 level="warning",
                 lease=self._lease.lease,
             )
-        elif verdict in (leases.SUPERSEDED, leases.LOST):
-            self._fence(lost=verdict == leases.LOST)
+        elif verdict.state in (leases.SUPERSEDED, leases.LOST):
+            self._fence(verdict)
             return False
         return True
 
@@ -218,17 +218,16 @@ class HeartbeatWriter:
             )
         self._storage.write_json(rundir.heartbeat_path(lease), to_json(record))
 
-    def _fence(self, *, lost: bool = False) -> None:
+    def _fence(self, verdict: leases.Verdict) -> None:
         if self.fenced:
             return
-        # lost: lease N itself now names another session (or is unreadable).
-        self.fenced_by = self._lease.lease if lost else self._lease.lease + 1
+        # LOST: lease N itself now names another session (or is unreadable).
+        self.fenced_by = verdict.by if verdict.by is not None else self._lease.lease
         self._stop.set()
         why = (
-            f"lease {self._lease.lease} no longer names this session (replaced "
-            f"or damaged behind its back)"
-            if lost
-            else f"a newer session took lease {self.fenced_by}"
+            f"a newer session took lease {verdict.by}"
+            if verdict.by is not None
+            else f"this session can no longer prove it owns the run: {verdict.why}"
         )
         self._events.emit(
             "lease.fenced",
