@@ -362,11 +362,10 @@ class Agent:
         self._loop.progress.session_started(total, steps_per_epoch)
         driver = ModelState(model, epochs=epochs, steps_per_epoch=steps_per_epoch)
         try:
-            info = manager.restore(model)
+            info, start = self._loop.restore_into(driver, manager)
         except BaseException as exc:
             self._loop.fail(exc, session, manager)
             raise
-        start = info.step if info else 0
         self.model = model
         self._loop.duties = self._loop.make_duties(driver, session, manager, start)
         self._light = driver

@@ -12,6 +12,14 @@ Once per ``fit``/``run`` call (:meth:`RunLoop.drive`):
    backoff) — the same bitwise result as if nothing happened;
 5. at the end: a final checkpoint, wait for its commit, DONE.json.
 
+Only a state that was trained or restored in this process is ever
+committed. A rebuilt model is neither until its restore returns, so the
+loop drops the step duties (the only thing that saves) before it builds or
+restores (:meth:`RunLoop.restore_into`), and makes new ones only once the
+restore has returned: a restore that fails or is interrupted — storage
+down past its retry budget, Ctrl-C, a damaged checkpoint — leaves nothing
+that could save, on any path (recovery, Ctrl-C, stop, failure).
+
 The inner loop (heartbeat, triggers, pause/stop after every step) is
 :class:`~colab_resume.agent.steps.StepDuties`; what is trained, and how, is
 a :class:`~colab_resume.agent.driver.Driver` (``fit``, ``run`` or the
@@ -172,10 +180,7 @@ class RunLoop:
         while True:
             strategy = self.accelerator.strategy
             try:
-                with strategy.scope():
-                    driver.build()
-                info = manager.restore(driver.state)
-                start = driver.restored(info)
+                info, start = self.restore_into(driver, manager, strategy)
                 if info is not None:
                     self.events.emit("run.resumed_at", info.describe(), step=start)
                     self.announce_runtime(info)
@@ -195,6 +200,27 @@ class RunLoop:
                     )
                     raise
                 self._recover(exc, session, manager)
+
+    def restore_into(
+        self, driver: Driver, manager: CheckpointManager, strategy: Any = None
+    ) -> tuple[RestoredInfo | None, int]:
+        """Build ``driver`` (in a fresh scope of ``strategy``) and restore it.
+
+        The one way to a state the loop may commit (see the module
+        docstring): the duties of the state before are dropped first, and
+        the caller makes new ones from what this returns. ``strategy`` None:
+        the driver's model is already built (the lighter path).
+
+        Returns:
+            What was restored (None: the run had no checkpoint) and the
+            step training starts at.
+        """
+        self.duties = None  # they save the state this build replaces
+        if strategy is not None:
+            with strategy.scope():
+                driver.build()
+        info = manager.restore(driver.state)
+        return info, driver.restored(info)
 
     def announce_runtime(self, info: RestoredInfo) -> None:
         """Say what changed if another runtime wrote the restored checkpoint."""
@@ -293,7 +319,11 @@ class RunLoop:
             session.complete({"final_step": duties.step, "planned_steps": total_steps})
 
     def _interrupted_message(self, manager: CheckpointManager) -> str:
-        step = self.duties.step if self.duties else None
+        where = (
+            f"at step {self.duties.step}"
+            if self.duties
+            else "while building and restoring the model (nothing of it was saved)"
+        )
         last = manager.last_committed
         saved = (
             f"the checkpoint of step {last.step} is committed"
@@ -301,12 +331,16 @@ class RunLoop:
             else "no checkpoint was committed yet"
         )
         return (
-            f"interrupted at step {step}: {saved}. Run the same code again to "
+            f"interrupted {where}: {saved}. Run the same code again to "
             f"continue from there."
         )
 
     def _last_save_if_safe(self, manager: CheckpointManager) -> None:
-        """After an error: save the last complete step, if it is not half-applied."""
+        """After an error: save the last complete step, if it is not half-applied.
+
+        No duties: the model was being rebuilt or restored (see
+        :meth:`restore_into`), and that state is never committed.
+        """
         duties = self.duties
         if duties is None or not duties.consistent:
             return
