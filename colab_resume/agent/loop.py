@@ -34,7 +34,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from colab_resume import rundir
@@ -54,6 +54,7 @@ from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.listing import read_leases
+from colab_resume.retry import RetryPolicy
 from colab_resume.runtime import Accelerator, Connection, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
@@ -70,6 +71,7 @@ class RunLoop:
         accelerator: connects, reconnects, gives the strategy.
         controls: pause / stop / save-now flags.
         events: the run's events.
+        sleep: waits between recoveries (injectable for tests).
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class RunLoop:
         accelerator: Accelerator,
         controls: Controls,
         events: EventLog,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.storage = storage
         self.options = options
@@ -89,6 +92,14 @@ class RunLoop:
         self.checkpoints: CheckpointManager | None = None
         self.duties: StepDuties | None = None
         self.recoveries = 0
+        # The one retry policy type (colab_resume.retry): a wait per recovery,
+        # doubling from recovery_backoff_seconds.
+        first = options.recovery_backoff_seconds
+        self._recovery_backoff = RetryPolicy(
+            initial_seconds=first,
+            max_seconds=first * 2 ** max(0, options.max_recoveries - 1),
+        )
+        self.sleep = sleep
         self.stopped = False  # the last drive ended on stop(), before its end
         self.step_hooks: list[StepHook] = []
         # History samples and panel refreshes, once a second from the loop.
@@ -250,7 +261,7 @@ class RunLoop:
         manager.wait()
         with contextlib.suppress(Exception):
             manager.check()
-        time.sleep(self.options.recovery_backoff_seconds * 2 ** (self.recoveries - 1))
+        self.sleep(self._recovery_backoff.backoff(self.recoveries))
         self.accelerator.reconnect()
         self.events.emit(
             "recovery.reconnected",

@@ -25,13 +25,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import tenacity
-
 from colab_resume.events import EventLog
+from colab_resume.retry import RetriesExhausted, RetryPolicy, retry_call
 from colab_resume.runtime.errors import AcceleratorUnavailableError
 from colab_resume.runtime.loss import is_retryable_connect_error
 from colab_resume.runtime.options import ConnectOptions
-from colab_resume.storage.retry import PrivateJitter
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +117,6 @@ def connect_tpu(
         AcceleratorError: a diagnosed failure (see :mod:`.diagnose`).
         Exception: an unknown, non-retryable failure, as TensorFlow raised it.
     """
-    start = clock()
-    deadline = options.deadline_seconds
     attempts = 0
 
     def attempt() -> tuple[Any, Any]:
@@ -140,60 +136,46 @@ def connect_tpu(
         api.initialize_tpu_system(resolver)
         return api.tpu_strategy(resolver), resolver
 
-    def should_stop(state: tenacity.RetryCallState) -> bool:
-        if (
-            options.max_attempts is not None
-            and state.attempt_number >= options.max_attempts
-        ):
-            return True
-        return clock() - start >= deadline
-
-    # Jitter from a private generator: the global one seeds Keras' layers.
-    backoff = tenacity.wait_exponential(
-        multiplier=options.initial_backoff_seconds, max=options.max_backoff_seconds
-    ) + PrivateJitter(options.initial_backoff_seconds)
-
-    def wait(state: tenacity.RetryCallState) -> float:
-        # Never sleep past the deadline: the last attempt happens at it.
-        return max(0.0, min(backoff(state), deadline - (clock() - start)))
-
     def retryable(exc: BaseException) -> bool:
         return diagnose(exc) is None and is_retryable_connect_error(exc)
 
-    def before_sleep(state: tenacity.RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        delay = state.next_action.sleep if state.next_action else 0.0
+    def before_sleep(number: int, exc: BaseException, delay: float) -> None:
         _emit(
             events,
             "runtime.tpu.retry",
-            f"TPU {target!r} not reachable (attempt {state.attempt_number}: "
+            f"TPU {target!r} not reachable (attempt {number}: "
             f"{type(exc).__name__}: {exc}); retrying in {delay:.1f}s",
             level="warning",
             target=target,
-            attempt=state.attempt_number,
+            attempt=number,
             error=f"{type(exc).__name__}: {exc}",
             delay_s=delay,
         )
 
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(retryable),
-        stop=should_stop,
-        wait=wait,
-        before_sleep=before_sleep,
-        sleep=sleep,
-        reraise=False,
+    policy = RetryPolicy(
+        total_seconds=options.deadline_seconds,
+        initial_seconds=options.initial_backoff_seconds,
+        max_seconds=options.max_backoff_seconds,
+        max_attempts=options.max_attempts,
     )
     try:
-        return retrying(attempt)
-    except tenacity.RetryError as exhausted:
-        last = exhausted.last_attempt.exception()
+        return retry_call(
+            attempt,
+            policy=policy,
+            retryable=retryable,
+            before_sleep=before_sleep,
+            sleep=sleep,
+            clock=clock,
+        )
+    except RetriesExhausted as exhausted:
+        last = exhausted.last
         raise AcceleratorUnavailableError(
             f"Could not connect to TPU {target!r}: "
-            f"{exhausted.last_attempt.attempt_number} attempts in "
-            f"{clock() - start:.0f}s (deadline {deadline:.0f}s) all failed; last "
-            f"error {type(last).__name__}: {last}. The TPU may still be starting "
-            f"or was preempted: wait and run again, raise deadline_seconds, or "
-            f"choose another runtime."
+            f"{exhausted.attempts} attempts in "
+            f"{exhausted.elapsed:.0f}s (deadline {policy.total_seconds:.0f}s) all "
+            f"failed; last error {type(last).__name__}: {last}. The TPU may still "
+            f"be starting or was preempted: wait and run again, raise "
+            f"deadline_seconds, or choose another runtime."
         ) from last
     except Exception as exc:
         explained = diagnose(exc)
