@@ -54,6 +54,23 @@ class UnsafePathError(CorruptRecordError):
     """
 
 
+class ReadOnlyStorageError(StorageError, OSError):
+    """A local run directory is on a read-only file system."""
+
+
+class StorageFullError(StorageError, OSError):
+    """A local run directory's disk is full, or its quota is spent."""
+
+
+class NoHardLinksError(StorageError, OSError):
+    """A local run directory's file system cannot make hard links.
+
+    Sessions create records (leases, manifests) with a hard link, which
+    fails atomically when the name is taken: of two sessions racing for a
+    lease exactly one wins, and no reader ever sees half a record.
+    """
+
+
 class TooManyObjectsError(StorageError):
     """A listing of the run directory found more objects than the run makes."""
 

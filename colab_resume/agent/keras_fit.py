@@ -134,6 +134,15 @@ class KerasFit:
                 f"build_model() returned {type(model).__name__}; it must return a "
                 f"keras.Model, built and compiled inside it."
             )
+        if _outside_scope(model):
+            raise ModelError(
+                "build_model() returned a model created outside the strategy "
+                "scope the agent entered for it (built before build_model was "
+                "called, or kept from an earlier call): its variables are not "
+                "on the accelerator's replicas. Create the model inside "
+                "build_model (model = keras.Sequential(...); model.compile(...); "
+                "return model), so it is built afresh after every restart."
+            )
         if getattr(model, "optimizer", None) is None or not getattr(
             model, "compiled", True
         ):
@@ -481,6 +490,26 @@ def _make_progbar(driver: KerasFit) -> Any:
             super().on_train_batch_end(batch + driver.skip, logs)
 
     return RunProgbar()
+
+
+def _outside_scope(model: Any) -> bool:
+    """Whether ``model`` was created outside the strategy scope now entered.
+
+    Keras (TF) records the strategy in scope when a model is constructed;
+    a model made before the agent's scope has none, or an older one.
+    JAX has no strategy scope (its distribution is global).
+    """
+    if backend.is_jax():
+        return False
+    import tensorflow as tf
+
+    if not tf.distribute.has_strategy():
+        return False  # built for a test or a tool, outside any scope
+    # A private attribute: Keras's public distribute_strategy falls back to
+    # the strategy in scope, which would hide the difference.
+    missing = object()
+    recorded = getattr(model, "_distribute_strategy", missing)
+    return recorded is not missing and recorded is not tf.distribute.get_strategy()
 
 
 def _new_history(

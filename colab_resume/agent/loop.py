@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from colab_resume import rundir
-from colab_resume.agent import runtime_facts
+from colab_resume.agent import epoch_length, runtime_facts
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.driver import Driver
 from colab_resume.agent.options import AgentOptions
@@ -231,6 +231,7 @@ class RunLoop:
             with strategy.scope():
                 driver.build()
         info = manager.restore(driver.state)
+        epoch_length.check(info, driver.steps_per_epoch)
         return info, driver.restored(info)
 
     def announce_runtime(self, info: RestoredInfo) -> None:
@@ -293,7 +294,9 @@ class RunLoop:
             triggers=triggers,
             controls=self.controls,
             events=self.events,
-            snapshot=driver.snapshot,
+            snapshot=lambda: epoch_length.stamp(
+                driver.snapshot(), driver.steps_per_epoch
+            ),
             metrics=driver.metrics,
             tick=self.progress.tick,
             hooks=self.step_hooks,
@@ -399,9 +402,11 @@ class RunLoop:
             events=self.events,
         )
         try:
-            driver.restored(reader.restore(driver.state))
+            info = reader.restore(driver.state)
         finally:
             reader.close()
+        epoch_length.check(info, driver.steps_per_epoch)
+        driver.restored(info)
         self.events.emit(
             "run.already_completed", _completed_message(done or {}, driver.total_steps)
         )

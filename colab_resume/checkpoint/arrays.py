@@ -47,6 +47,7 @@ from colab_resume.checkpoint.state import (
     build_pending_optimizers,
     check_fits,
     expand,
+    metrics_pending,
 )
 
 SUFFIX = ".safetensors"
@@ -406,7 +407,11 @@ class ArrayState:
         """
         if build_pending_optimizers(self.source, self.structure, saved):
             self._setup()
-        skipped = check_fits(_loose(self.structure), _loose(saved))
+        skipped = check_fits(
+            _loose(self.structure),
+            _loose(saved),
+            metrics_pending=metrics_pending(self.source),
+        )
         arrays = read_shards(prefix)
         for group, variables in self._groups.items():
             if group in skipped:

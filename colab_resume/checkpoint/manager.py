@@ -163,6 +163,7 @@ class CheckpointManager:
         os.makedirs(self._staging_root, exist_ok=True)
         self._lock = threading.Lock()
         self._in_flight: CheckpointName | None = None
+        self._cleared_leftovers = False  # see _upload_and_commit
         self.last_saved: CheckpointName | None = None
         self.last_committed: CheckpointName | None = None
         self.stall_count = 0
@@ -308,6 +309,12 @@ class CheckpointManager:
         extras: dict[str, Any],
     ) -> None:
         started = self._clock()
+        if not self._cleared_leftovers:
+            # A session that died mid-upload (a full disk, a kill) left its
+            # uncommitted files: remove them before this upload needs their
+            # space, not after its commit, which a full disk would prevent.
+            self._cleared_leftovers = True
+            self._prune_quietly(name.step)
         training_state.sync()
         files = sorted(os.listdir(staging))
         entries = tuple(

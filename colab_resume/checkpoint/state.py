@@ -351,7 +351,9 @@ class TrainingState:
 
         if build_pending_optimizers(self.source, self.structure, saved):
             self._setup()
-        skipped = check_fits(self.structure, saved)
+        skipped = check_fits(
+            self.structure, saved, metrics_pending=metrics_pending(self.source)
+        )
         if skipped:
             children = {k: v for k, v in self._children.items() if k not in skipped}
             reader = tf.train.Checkpoint(**children)
@@ -410,8 +412,38 @@ def build_pending_optimizers(
     return changed
 
 
-def check_fits(live: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+def metrics_pending(state: StateLike) -> bool:
+    """Whether the model in ``state`` has compiled metrics Keras has not built.
+
+    Keras creates the variables of ``compile(metrics=...)`` on the model's
+    first step (``fit`` builds them before it), so a freshly built model
+    lists only its loss tracker's.
+    """
+    import keras
+
+    model = _model_of(state)
+    if not isinstance(model, keras.Model):
+        return False
+    # Keras 3 keeps them in a private CompileMetrics; no public flag says so.
+    compiled = getattr(model, "_compile_metrics", None)
+    return compiled is not None and not getattr(compiled, "built", True)
+
+
+def check_fits(
+    live: dict[str, Any], saved: dict[str, Any], *, metrics_pending: bool = False
+) -> list[str]:
     """Compare the live state's structure with a checkpoint's, group by group.
+
+    Args:
+        live: the live state's structure (group -> descriptions).
+        saved: the checkpoint's.
+        metrics_pending: the live model's compiled metrics are not built yet
+            (:func:`metrics_pending`): a ``metrics`` group with fewer
+            variables than the checkpoint's is skipped without a warning.
+            Nothing is lost: Keras resets metrics before the first batch of
+            every ``fit`` epoch and ``evaluate``, and ``agent.fit`` puts a
+            resumed epoch's running values back itself, warning if they do
+            not fit (:mod:`colab_resume.agent.metric_state`).
 
     Returns:
         The optional groups that do not fit (skipped, with a warning).
@@ -427,7 +459,13 @@ def check_fits(live: dict[str, Any], saved: dict[str, Any]) -> list[str]:
             continue
         if group in OPTIONAL_GROUPS or group.startswith(OPTIONAL_PREFIXES):
             skipped.append(group)
-            log.warning("checkpoint: not restoring %s: %s", group, diff)
+            unbuilt = (
+                group == "metrics"
+                and metrics_pending
+                and len(live.get(group) or ()) < len(saved.get(group) or ())
+            )
+            level = logging.DEBUG if unbuilt else logging.WARNING
+            log.log(level, "checkpoint: not restoring %s: %s", group, diff)
         else:
             problems.append(diff)
     if problems:

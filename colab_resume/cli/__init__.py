@@ -155,7 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.set_defaults(func=cmd_status)
 
-    watch = with_run_dir("watch", "Follow a run; exit 0 COMPLETED, 3 DEAD, 4 FAILED.")
+    watch = with_run_dir(
+        "watch",
+        "Follow a run; exit 0 COMPLETED, 3 DEAD, 4 FAILED, 5 UNREADABLE.",
+    )
     watch.add_argument(
         "--interval", type=float, default=5.0, help="seconds between polls"
     )
@@ -169,8 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument(
         "--on-dead",
         metavar="CMD",
-        help="command run (without a shell) when the run is DEAD or FAILED; it "
-        "gets COLAB_RESUME_STATE, COLAB_RESUME_STEP, ... in its environment",
+        help="command run (without a shell) when the run is DEAD, FAILED or "
+        "UNREADABLE; it gets COLAB_RESUME_STATE, COLAB_RESUME_STEP, ... in its "
+        "environment",
     )
     watch.set_defaults(func=cmd_watch)
 

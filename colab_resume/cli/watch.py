@@ -1,11 +1,14 @@
 """``colab-resume watch``: a live one-line view that exits when the run ends.
 
-Exit codes: 0 COMPLETED, 3 DEAD, 4 FAILED. ``--on-dead CMD`` runs an alert
-command when the run is DEAD or FAILED. The command is split like a shell
-would (``shlex``) but never run through a shell, and the run's facts reach
-it only as environment variables (``COLAB_RESUME_STATE``,
-``COLAB_RESUME_STEP``...), so nothing read from the run directory can
-inject shell syntax.
+Exit codes: 0 COMPLETED, 3 DEAD, 4 FAILED, 5 UNREADABLE (a storage error
+that waiting does not cure: a damaged record, permission denied). ``--on-dead
+CMD`` runs an alert command when the run is DEAD, FAILED or UNREADABLE: a
+watcher that cannot see the run cannot tell a dead one from a live one, and
+retrying such an error for ever would keep a dead run from alerting. The
+command is split like a shell would (``shlex``) but never run through a
+shell, and the run's facts reach it only as environment variables
+(``COLAB_RESUME_STATE``, ``COLAB_RESUME_STEP``...), so nothing read from the
+run directory can inject shell syntax.
 """
 
 from __future__ import annotations
@@ -19,12 +22,19 @@ import time
 from collections.abc import Callable
 from typing import IO
 
-from colab_resume.errors import StorageError
+from colab_resume.errors import StorageError, StorageUnavailableError
 from colab_resume.heartbeat import liveness
 from colab_resume.heartbeat.liveness import RunStatus
 from colab_resume.storage import Storage
 
-EXIT_CODES = {liveness.COMPLETED: 0, liveness.DEAD: 3, liveness.FAILED: 4}
+UNREADABLE = "UNREADABLE"  # watch's own verdict: the run directory cannot be read
+EXIT_CODES = {
+    liveness.COMPLETED: 0,
+    liveness.DEAD: 3,
+    liveness.FAILED: 4,
+    UNREADABLE: 5,
+}
+ALERT_STATES = (liveness.DEAD, liveness.FAILED, UNREADABLE)
 # One environment value; Linux refuses a single one over 128 KiB
 # ("argument list too long"), and a heartbeat may carry any text.
 MAX_ENV_VALUE_CHARS = 4_096
@@ -100,10 +110,16 @@ def watch(
             status = liveness.read_status(
                 storage, dead_after_seconds=dead_after_seconds
             )
-        except StorageError as exc:
+        except StorageUnavailableError as exc:  # an outage: it may pass
             print(f"\nstorage unreachable, retrying: {exc}", file=sys.stderr)
             sleep(interval)
             continue
+        except StorageError as exc:
+            status = RunStatus(
+                state=UNREADABLE,
+                detail=f"cannot read the run directory: {exc}",
+                run_dir=storage.url,
+            )
         line = one_line(status)
         if live:
             out.write("\r\033[K" + line)
@@ -114,7 +130,7 @@ def watch(
         if status.state in EXIT_CODES:
             if live:
                 out.write("\n")
-            if on_dead and status.state in (liveness.DEAD, liveness.FAILED):
+            if on_dead and status.state in ALERT_STATES:
                 run_alert(on_dead, status)
             return EXIT_CODES[status.state]
         sleep(interval)

@@ -62,7 +62,23 @@ MAX_CHUNKS_READ = 5_000
 # hold 5,000, parsed at ~1 KB a point): old chunks are thinned to an even
 # share of this, the newest ones keep full resolution.
 MAX_POINTS_KEPT = 20_000
+# Events likewise (a chunk may hold 500, at ~10 KB each parsed): old chunks
+# keep an even share of this, what the report reads from them first.
+MAX_EVENTS_KEPT = 5_000
 FULL_RESOLUTION_CHUNKS = 2
+# The kinds the report reads to tell where a session began and how it
+# ended (:mod:`colab_resume.report.sessions`): kept first when thinning.
+LANDMARK_KINDS = (
+    "lease.taken",
+    "lease.takeover",
+    "lease.previous_dead",
+    "lease.fenced",
+    "run.resumed_at",
+    "checkpoint.restored",
+    "run.completed",
+    "recovery.started",
+)
+COMMITTED_KIND = "checkpoint.committed"  # a tick each: kept next
 # Too chatty to keep: progress of one upload, the countdown's repeats.
 QUIET_KINDS = ("checkpoint.upload.progress",)
 
@@ -286,7 +302,8 @@ class HistoryReader:
     Memory stays bounded however many chunks the run has: chunks are
     fetched ``workers`` at a time and parsed one at a time, and all but the
     newest :data:`FULL_RESOLUTION_CHUNKS` keep an even share of
-    :data:`MAX_POINTS_KEPT` points (thinned again as chunks arrive).
+    :data:`MAX_POINTS_KEPT` points and of :data:`MAX_EVENTS_KEPT` events
+    (thinned again as chunks arrive).
     """
 
     def __init__(self, storage: Storage, *, workers: int = 16) -> None:
@@ -309,6 +326,7 @@ class HistoryReader:
             )
             names = names[-MAX_CHUNKS_READ:]
         share = max(2, MAX_POINTS_KEPT // len(names)) if names else 0
+        event_share = max(4, MAX_EVENTS_KEPT // len(names)) if names else 0
         recent = {path for _, path in names[-FULL_RESOLUTION_CHUNKS:]}
         new = [(lease, path) for (lease, _), path in names if path not in self._chunks]
         workers = max(1, min(self.workers, len(new)))
@@ -319,12 +337,12 @@ class HistoryReader:
                 for (lease, path), data in zip(batch, fetched, strict=True):
                     chunk = self._parse(lease, path, data)
                     if path not in recent:  # thin at once: old chunks stay small
-                        chunk.points = _thin(chunk.points, share)
+                        _thin_chunk(chunk, share, event_share)
                     self._chunks[path] = chunk
         for _, path in names:
             chunk = self._chunks[path]
             if path not in recent:
-                chunk.points = _thin(chunk.points, share)
+                _thin_chunk(chunk, share, event_share)
             history.points.extend(chunk.points)
             history.events.extend(chunk.events)
             history.sessions.update(chunk.sessions)
@@ -349,6 +367,36 @@ class HistoryReader:
         except (CorruptRecordError, FileNotFoundError) as exc:
             chunk.problems.append(f"{path}: {exc}")
         return chunk
+
+
+def _thin_chunk(chunk: RunHistory, points: int, events: int) -> None:
+    chunk.points = _thin(chunk.points, points)
+    chunk.events = _thin_events(chunk.events, events)
+
+
+def _thin_events(events: list[RecordedEvent], keep: int) -> list[RecordedEvent]:
+    """At most ``keep`` of ``events``, in their order: the last one (the
+    session's latest sign), then landmarks, commits, warnings and errors,
+    then the newest of the rest."""
+    if len(events) <= keep:
+        return events
+
+    def rank(index: int) -> tuple[int, int]:
+        event = events[index]
+        if index == len(events) - 1:
+            group = 0
+        elif event.kind in LANDMARK_KINDS:
+            group = 1
+        elif event.kind == COMMITTED_KIND:
+            group = 2
+        elif event.level != "info":
+            group = 3
+        else:
+            group = 4
+        return group, -index  # newest first within a group
+
+    chosen = sorted(sorted(range(len(events)), key=rank)[:keep])
+    return [events[i] for i in chosen]
 
 
 def _thin(points: list[Point], keep: int) -> list[Point]:

@@ -41,6 +41,12 @@ END_MARKS = {
 }
 
 
+def _plain(text: str) -> str:
+    """``text`` drawn as written: matplotlib reads a ``$...$`` pair as math
+    (a run directory ``/runs/$a$^`` failed to draw), and ``\\$`` is a dollar."""
+    return text.replace("$", r"\$")
+
+
 def render(report: RunReport, *, title: str = "", metric: str = "loss") -> bytes:
     """Draw the report; returns PNG bytes.
 
@@ -90,8 +96,8 @@ def render(report: RunReport, *, title: str = "", metric: str = "loss") -> bytes
             label="checkpoints",
         )
     ax.set_xlabel("step")
-    ax.set_ylabel(metric)
-    ax.set_title(title or "run report")
+    ax.set_ylabel(_plain(metric))
+    ax.set_title(_plain(title or "run report"))
     if trained:
         ax.legend(loc="upper right", fontsize=8)
     else:
@@ -115,7 +121,7 @@ def _draw_session(
         for p in report.history.points
         if p.lease == session.lease and metric in p.metrics
     ]
-    label = session.describe()
+    label = _plain(session.describe())
     if points:
         xs, ys = zip(*points, strict=True)
         ax.plot(xs, ys, color=colour, lw=1.2, label=label)

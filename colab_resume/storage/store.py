@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import datetime
 import email.utils
+import errno
 import json
 import logging
 import os
@@ -37,7 +38,7 @@ from colab_resume.errors import (
     UnsupportedURLError,
 )
 from colab_resume.redact import redact
-from colab_resume.storage import auth
+from colab_resume.storage import auth, local_faults
 from colab_resume.storage.checksum import StreamingCrc32c
 from colab_resume.storage.faults import http_status, is_forbidden
 from colab_resume.storage.records import MAX_RECORD_BYTES, decode
@@ -283,6 +284,10 @@ class Storage:
                 on_retry=self.on_retry,
             )
         except OSError as exc:
+            if self.protocol == "file":
+                explained = local_faults.explain(exc, operation, self.root)
+                if explained is not None:
+                    raise explained from None
             if is_forbidden(exc) and not isinstance(exc, PermissionDeniedError):
                 raise self._permission_denied(operation, exc) from None
             raise
@@ -324,13 +329,20 @@ class Storage:
     def _permission_denied(
         self, operation: str, exc: BaseException
     ) -> PermissionDeniedError:
-        where = f"bucket 'gs://{self.bucket}'" if self.is_gcs else self.url
+        if not self.is_gcs:
+            return PermissionDeniedError(
+                f"Permission denied to {operation} in {self.url} for "
+                f"{self.principal} ({redact(str(exc))}). Give this user read/write "
+                f"access to that directory (`chown`/`chmod`), or point run_dir "
+                f"at one it can write."
+            )
         return PermissionDeniedError(
-            f"Permission denied to {operation} in {where} for {self.principal} "
-            f"({redact(str(exc))}). Grant that principal read/write access (for GCS: "
-            f"`gcloud storage buckets add-iam-policy-binding gs://{self.bucket} "
-            f"--member=<principal> --role=roles/storage.objectAdmin`) or "
-            f"authenticate as an account that has it."
+            f"Permission denied to {operation} in bucket 'gs://{self.bucket}' for "
+            f"{self.principal} ({redact(str(exc))}). Grant that principal "
+            f"read/write access (`gcloud storage buckets add-iam-policy-binding "
+            f"gs://{self.bucket} --member=<principal> "
+            f"--role=roles/storage.objectAdmin`) or authenticate as an account "
+            f"that has it."
         )
 
     # --- checks -------------------------------------------------------------
@@ -669,7 +681,14 @@ def _local_write(path: str, data: bytes, create_only: bool) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         if create_only:
-            os.link(tmp, path)  # FileExistsError if someone else was first
+            try:
+                os.link(tmp, path)  # FileExistsError if someone else was first
+            except FileExistsError:
+                raise
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                    raise  # the disk, not the links: explained by the choke point
+                raise local_faults.no_hard_links(exc, path) from None
         else:
             os.replace(tmp, path)
     finally:
