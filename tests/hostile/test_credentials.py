@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.parse
 
 import pytest
 from faultproxy import FaultMix, path_contains
@@ -19,11 +20,13 @@ from faultproxy import FaultMix, path_contains
 from colab_resume.errors import PermissionDeniedError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, SessionOptions
-from colab_resume.redact import redact
+from colab_resume.redact import redact, register_secret
 from colab_resume.storage import Storage
 
 # Shaped like a real access token, but never valid anywhere.
 TOKEN = "ya29.a0Ad52N3-" + "x7Qz" * 30
+# Another, never registered as a secret: only its shape can give it away.
+GLUED = "ya29.a0AfB_" + "Zq8w" * 12
 
 
 def every_object(storage: Storage) -> dict[str, bytes]:
@@ -115,13 +118,58 @@ def test_a_token_written_by_an_older_version_is_not_shown(bucket, emulator):
         "refresh_token=1//0gAbCdEfGhIjKlMnOpQrStUv",
         "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----",
         "jwt eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
+        # A space before the colon (Python's json.dumps never writes one;
+        # other writers do).
+        '{"access_token" : "opaque-value-123456"}',
+        "'refresh_token' = 'opaque-value-123456'",
+        '{\\"access_token\\": \\"opaque-value-123456\\"}',  # JSON in JSON
+        # Any fsspec URL is a run directory, and URLs carry passwords.
+        "sftp://alice:opaque-value-123456@host/runs/r",
+        "run_dir 'ftp://:opaque-value-123456@10.0.0.1:21/runs' cannot be opened",
+        "Authorization: Basic YWxpY2U6b3BhcXVlLXZhbHVlLTEyMzQ1Ng==",
+        "{'Authorization': 'Basic YWxpY2U6b3BhcXVlLXZhbHVlLTEyMzQ1Ng=='}",
+        "authorization=Token opaque-value-123456",
+        "sent Basic YWxpY2U6b3BhcXVlLXZhbHVlLTEyMzQ1Ng== to the proxy",
+        "-----begin private key-----\nMIIEvQIBADANBg\n-----end private key-----",
+        '"private_key": "-----BEGIN RSA PRIVATE KEY-----\\nMIIEvQIBADANBg',
+        # Glued to a word: no word boundary before the token.
+        f"token{GLUED}",
+        f"x{GLUED} and refresh1//0gAbCdEfGhIjKlMnOpQrStUv",
+        "jwt=xeyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
     ],
 )
 def test_token_shaped_strings_are_redacted(text):
     cleaned = redact(text)
     assert "<redacted>" in cleaned
-    for secret in ("opaque-value", "1//0gAb", "MIIEvQ", "eyJzdWIi", TOKEN[5:20]):
+    for secret in (
+        "opaque-value",
+        "YWxpY2U6",
+        "1//0gAb",
+        "MIIEvQ",
+        "eyJzdWIi",
+        TOKEN[5:20],
+        GLUED[5:20],
+    ):
         assert secret not in cleaned
+
+
+def test_redaction_keeps_what_is_not_secret():
+    """The user name, host and path of a URL, the word after an ordinary "Basic"."""
+    assert redact("sftp://alice:pw-123456@host/runs/r") == (
+        "sftp://alice:<redacted>@host/runs/r"
+    )
+    assert redact("gs://bucket/runs/r and alice@example.com") == (
+        "gs://bucket/runs/r and alice@example.com"
+    )
+    assert redact("Basic usage: Basic test") == "Basic usage: Basic test"
+
+
+def test_a_registered_secret_is_redacted_url_encoded_too():
+    """A request's query string holds the token percent-encoded."""
+    secret = "opaque/secret+value=="
+    register_secret(secret)
+    query = urllib.parse.urlencode({"t": secret})
+    assert secret not in urllib.parse.unquote(redact(f"GET /info?{query} failed"))
 
 
 def test_ordinary_text_is_left_alone():
