@@ -34,6 +34,14 @@ class NoCredentialsError(StorageError):
     """No Google credentials could be found for a ``gs://`` run directory."""
 
 
+class TokenCheckFailedError(NoCredentialsError):
+    """gcsfs could not check, or refused, a raw access token given as ``token=``.
+
+    The message never holds the token: gcsfs's own error names the URL of
+    its check, token included.
+    """
+
+
 class PermissionDeniedError(StorageError, PermissionError):
     """The credentials in use may not read or write the bucket."""
 

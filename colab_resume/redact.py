@@ -9,35 +9,66 @@ them is a leak into shared storage. So every such text passes through
 - the exact strings registered with :func:`register_secret` (a raw access
   token passed as ``storage_options={"token": ...}``), and
 - anything shaped like a credential: OAuth access tokens (``ya29.``),
-  refresh tokens (``1//``), JWTs, ``Bearer`` headers, ``access_token`` /
-  ``refresh_token`` / ``private_key`` fields and PEM private-key blocks.
+  refresh tokens (``1//``) and JWTs, also glued to the word before them
+  (``tokenya29...``); ``Bearer`` and HTTP Basic credentials and whatever
+  follows ``Authorization:``; the password of a URL's userinfo
+  (``sftp://user:PASSWORD@host``: any fsspec URL can be a run directory);
+  ``access_token`` / ``refresh_token`` / ``private_key`` fields however
+  they are quoted and spaced; PEM private-key blocks in either case.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import threading
+import urllib.parse
 
 REDACTED = "<redacted>"
 
+# Token shapes are matched anywhere, not only at a word start: text built
+# by concatenation ("token" + value) glues a token to the word before it.
 _SHAPES = re.compile(
     "|".join(
         [
-            r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?"
-            r"(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
-            r"\bya29\.[0-9A-Za-z_\-.]+",
-            r"\b1//[0-9A-Za-z_\-]{16,}",
-            r"\beyJ[0-9A-Za-z_\-]{8,}\.[0-9A-Za-z_\-]{8,}\.[0-9A-Za-z_\-]*",
+            r"(?i:-----BEGIN [A-Z ]*PRIVATE KEY-----).*?"
+            r"(?:(?i:-----END [A-Z ]*PRIVATE KEY-----)|$)",
+            r"ya29\.[0-9A-Za-z_\-.]{8,}",
+            r"1//[0-9A-Za-z_\-]{16,}",
+            r"eyJ[0-9A-Za-z_\-]{8,}\.[0-9A-Za-z_\-]{8,}\.[0-9A-Za-z_\-]*",
             r"\b(?i:bearer)\s+[0-9A-Za-z_\-.~+/=]+",
         ]
     ),
     re.DOTALL,
 )
-# "access_token": "...", access_token=..., 'private_key': '...'
+# How a name and its value are joined in JSON, a repr, a header, a query or
+# an environment: `"k": "v"`, `"k" : "v"`, `'k' = 'v'`, `k=v`, `\"k\": \"v\"`.
+_JOIN = r"""[\s"'\\]*[:=][\s"'\\]*"""
+_VALUE = r"""[^\s"'\\,;}&]+"""
 _FIELDS = re.compile(
     r"(?i)((?:access|refresh|id)_token|private_key|client_secret)"
-    r"(\W{1,4})([^\s\"',}&]+)"
+    rf"({_JOIN})({_VALUE})"
 )
+# The header's scheme ("Basic", "Token", ...) is kept; its credentials go.
+_AUTHORIZATION = re.compile(
+    rf"(?i)(\bauthorization{_JOIN}(?:[A-Za-z]+[ \t]+)?)({_VALUE})"
+)
+# scheme://user:PASSWORD@host: the user name and host stay, to be debugged.
+_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s/:@]*:)([^\s/@]+)(?=@)")
+# "Basic" is an English word: only base64 of "user:password" after it goes.
+_BASIC = re.compile(r"\bBasic\s+([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])")
+
+
+def _basic_credentials(match: re.Match[str]) -> str:
+    try:
+        decoded = base64.b64decode(match.group(1), validate=True)
+    except (binascii.Error, ValueError):
+        return match.group(0)
+    if b":" not in decoded:
+        return match.group(0)
+    return match.group(0).replace(match.group(1), REDACTED)
+
 
 _secrets: set[str] = set()
 _lock = threading.Lock()
@@ -47,10 +78,19 @@ _MIN_SECRET_LENGTH = 8
 
 
 def register_secret(value: str) -> None:
-    """Remember ``value`` as a credential: :func:`redact` removes it everywhere."""
+    """Remember ``value`` as a credential: :func:`redact` removes it everywhere.
+
+    Its percent-encoded forms are remembered too: an HTTP error names the
+    request's URL, whose query string may carry the value.
+    """
     if isinstance(value, str) and len(value) >= _MIN_SECRET_LENGTH:
+        forms = {
+            value,
+            urllib.parse.quote(value, safe=""),
+            urllib.parse.quote_plus(value),
+        }
         with _lock:
-            _secrets.add(value)
+            _secrets.update(forms)
 
 
 def redact(text: str) -> str:
@@ -63,4 +103,7 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, REDACTED)
     text = _SHAPES.sub(REDACTED, text)
+    text = _BASIC.sub(_basic_credentials, text)
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    text = _AUTHORIZATION.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
     return _FIELDS.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)

@@ -140,7 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
             "run_dir", metavar="RUN_DIR", help="gs://bucket/path or a path"
         )
         cmd.add_argument("--endpoint-url", help="GCS endpoint (e.g. an emulator)")
-        cmd.add_argument("--token", help="gcsfs token: 'anon' or a key file path")
+        cmd.add_argument(
+            "--token",
+            help="gcsfs token: 'anon', a key file path, or a raw access token",
+        )
         cmd.add_argument("--project", help="GCP project")
         return cmd
 
@@ -213,8 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except ColabResumeError as exc:
         from colab_resume.cli.watch import printable
+        from colab_resume.redact import redact
 
-        print(f"colab-resume: {printable(str(exc))}", file=sys.stderr)
+        # Messages quote the run directory's URL, which may carry a password
+        # (sftp://user:pw@host/...), and terminals get logged and pasted.
+        print(f"colab-resume: {printable(redact(str(exc)))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

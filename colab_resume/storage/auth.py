@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, TypeGuard
 
-from colab_resume.errors import NoCredentialsError
-from colab_resume.redact import register_secret
+from colab_resume.errors import NoCredentialsError, TokenCheckFailedError
+from colab_resume.redact import redact, register_secret
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def gcs_options(storage_options: dict[str, Any]) -> dict[str, Any]:
             emulator = "http://" + emulator
         options["endpoint_url"] = emulator
     token = options.get("token")
-    if isinstance(token, str) and _is_raw_token(token):
+    if is_raw_token(token):
         register_secret(token)  # gcsfs takes it as an OAuth access token
     if "token" not in options:
         if _authenticated is not None:
@@ -117,9 +117,54 @@ def gcs_options(storage_options: dict[str, Any]) -> dict[str, Any]:
 _GCSFS_TOKEN_KEYWORDS = ("anon", "google_default", "cloud", "cache", "browser")
 
 
-def _is_raw_token(token: str) -> bool:
+def is_raw_token(token: Any) -> TypeGuard[str]:
     """A string gcsfs reads as a raw OAuth token: neither a keyword nor a file."""
-    return token not in _GCSFS_TOKEN_KEYWORDS and not os.path.exists(token)
+    return (
+        isinstance(token, str)
+        and token not in _GCSFS_TOKEN_KEYWORDS
+        and not os.path.exists(token)
+    )
+
+
+def token_check_failed(token: str, exc: Exception) -> TokenCheckFailedError:
+    """The error for gcsfs failing to set up a raw access token, without it.
+
+    gcsfs asks Google's tokeninfo endpoint for a raw token's expiry, the
+    token in the query string, so its errors (a failed request names the
+    URL) must not travel on: the caller raises this one in their place,
+    outside the ``except`` block, so that not even ``__context__`` holds
+    them.
+
+    Args:
+        token: the raw token given as ``token=``.
+        exc: what gcsfs raised.
+
+    Returns:
+        The error to raise: what failed, and how to fix it.
+    """
+    import requests
+
+    # A request's error text is its URL, token included: never shown.
+    if isinstance(exc, requests.HTTPError):
+        status = getattr(exc.response, "status_code", "an error")
+        reason = f"Google's tokeninfo endpoint answered HTTP {status}"
+    elif isinstance(exc, requests.RequestException):
+        reason = (
+            f"Google's tokeninfo endpoint (oauth2.googleapis.com) could not be "
+            f"reached ({type(exc).__name__})"
+        )
+    else:
+        reason = " ".join(redact(str(exc)).split())[:300] or type(exc).__name__
+    return TokenCheckFailedError(
+        f"gcsfs could not set up {describe_principal(token)}: {reason}. gcsfs "
+        f"checks a raw token's expiry with Google before any request. Where "
+        f"Google cannot be reached (a firewall, an offline storage emulator) "
+        f"set the environment variable FETCH_RAW_TOKEN_EXPIRY=false to skip "
+        f"that check; for an expired or invalid token get a fresh one "
+        f"(`gcloud auth print-access-token`), or pass credentials that renew "
+        f"themselves instead: a service-account key file "
+        f"(token='/path/to/key.json') or `cr.authenticate()`."
+    )
 
 
 def describe_principal(token: Any) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 import fsspec.asyn
 from gcsfs.core import GCSFileSystem
 
+from colab_resume.storage import auth
 from colab_resume.storage.checksum import StreamingCrc32c
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,32 @@ class SingleTryGCSFileSystem(GCSFileSystem):  # type: ignore[misc]  # gcsfs: unt
 for _name in _RETRYING_METHODS:
     if hasattr(GCSFileSystem, _name):
         setattr(SingleTryGCSFileSystem, _name, _single_try(_name))
+
+
+def open_filesystem(options: dict[str, Any]) -> SingleTryGCSFileSystem:
+    """The gcsfs filesystem for ``options``, failing without showing a raw token.
+
+    Args:
+        options: gcsfs keyword arguments, credentials filled in
+            (:func:`~colab_resume.storage.auth.gcs_options`).
+
+    Returns:
+        The filesystem.
+
+    Raises:
+        TokenCheckFailedError: ``token=`` is a raw access token that gcsfs
+            could not check or would not accept.
+    """
+    token = options.get("token")
+    if not auth.is_raw_token(token):
+        return SingleTryGCSFileSystem(**options)
+    try:
+        return SingleTryGCSFileSystem(**options)
+    except Exception as exc:  # gcsfs raises ValueError, requests' errors...
+        failure = auth.token_check_failed(token, exc)
+    # Raised here, not in the except block, so that no __context__ holds
+    # gcsfs's error, whose text has the token in it.
+    raise failure
 
 
 async def _get_checked(fs: GCSFileSystem, rpath: str, lpath: str) -> tuple[int, str]:

@@ -641,9 +641,9 @@ class Storage:
 
 def _filesystem(protocol: str, options: dict[str, Any]) -> Any:
     if protocol in GCS_PROTOCOLS:
-        from colab_resume.storage.gcs import SingleTryGCSFileSystem
+        from colab_resume.storage.gcs import open_filesystem
 
-        return SingleTryGCSFileSystem(**options)
+        return open_filesystem(options)
     return fsspec.filesystem(protocol, **options)
 
 

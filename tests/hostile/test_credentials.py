@@ -12,18 +12,28 @@ import json
 import os
 import subprocess
 import sys
+import traceback
+import urllib.parse
 
+import fsspec
 import pytest
 from faultproxy import FaultMix, path_contains
 
-from colab_resume.errors import PermissionDeniedError
+import colab_resume as cr
+from colab_resume.errors import (
+    ColabResumeError,
+    NoCredentialsError,
+    PermissionDeniedError,
+)
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, SessionOptions
-from colab_resume.redact import redact
+from colab_resume.redact import redact, register_secret
 from colab_resume.storage import Storage
 
 # Shaped like a real access token, but never valid anywhere.
 TOKEN = "ya29.a0Ad52N3-" + "x7Qz" * 30
+# Another, never registered as a secret: only its shape can give it away.
+GLUED = "ya29.a0AfB_" + "Zq8w" * 12
 
 
 def every_object(storage: Storage) -> dict[str, bytes]:
@@ -115,15 +125,171 @@ def test_a_token_written_by_an_older_version_is_not_shown(bucket, emulator):
         "refresh_token=1//0gAbCdEfGhIjKlMnOpQrStUv",
         "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----",
         "jwt eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
+        # A space before the colon (Python's json.dumps never writes one;
+        # other writers do).
+        '{"access_token" : "opaque-value-123456"}',
+        "'refresh_token' = 'opaque-value-123456'",
+        '{\\"access_token\\": \\"opaque-value-123456\\"}',  # JSON in JSON
+        # Any fsspec URL is a run directory, and URLs carry passwords.
+        "sftp://alice:opaque-value-123456@host/runs/r",
+        "run_dir 'ftp://:opaque-value-123456@10.0.0.1:21/runs' cannot be opened",
+        "Authorization: Basic YWxpY2U6b3BhcXVlLXZhbHVlLTEyMzQ1Ng==",
+        "{'Authorization': 'Basic YWxpY2U6b3BhcXVlLXZhbHVlLTEyMzQ1Ng=='}",
+        "authorization=Token opaque-value-123456",
+        "sent Basic YWxpY2U6b3BhcXVlLXZhbHVlLTEyMzQ1Ng== to the proxy",
+        "-----begin private key-----\nMIIEvQIBADANBg\n-----end private key-----",
+        '"private_key": "-----BEGIN RSA PRIVATE KEY-----\\nMIIEvQIBADANBg',
+        # Glued to a word: no word boundary before the token.
+        f"token{GLUED}",
+        f"x{GLUED} and refresh1//0gAbCdEfGhIjKlMnOpQrStUv",
+        "jwt=xeyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
     ],
 )
 def test_token_shaped_strings_are_redacted(text):
     cleaned = redact(text)
     assert "<redacted>" in cleaned
-    for secret in ("opaque-value", "1//0gAb", "MIIEvQ", "eyJzdWIi", TOKEN[5:20]):
+    for secret in (
+        "opaque-value",
+        "YWxpY2U6",
+        "1//0gAb",
+        "MIIEvQ",
+        "eyJzdWIi",
+        TOKEN[5:20],
+        GLUED[5:20],
+    ):
         assert secret not in cleaned
+
+
+def test_redaction_keeps_what_is_not_secret():
+    """The user name, host and path of a URL, the word after an ordinary "Basic"."""
+    assert redact("sftp://alice:pw-123456@host/runs/r") == (
+        "sftp://alice:<redacted>@host/runs/r"
+    )
+    assert redact("gs://bucket/runs/r and alice@example.com") == (
+        "gs://bucket/runs/r and alice@example.com"
+    )
+    assert redact("Basic usage: Basic test") == "Basic usage: Basic test"
+
+
+def test_a_registered_secret_is_redacted_url_encoded_too():
+    """A request's query string holds the token percent-encoded."""
+    secret = "opaque/secret+value=="
+    register_secret(secret)
+    query = urllib.parse.urlencode({"t": secret})
+    assert secret not in urllib.parse.unquote(redact(f"GET /info?{query} failed"))
 
 
 def test_ordinary_text_is_left_alone():
     text = "step 1200 committed: checkpoints/step-000001200.e00000001 (crc32c ok)"
     assert redact(text) == text
+
+
+# --- a raw token gcsfs cannot validate ----------------------------------------
+#
+# gcsfs asks Google's tokeninfo endpoint for a raw token's expiry, with the
+# token in the query string; the error of a failed request names that URL.
+# There is no route to Google here, so the request fails for real.
+
+COMMANDS = [
+    ["status"],
+    ["status", "--json"],
+    ["watch", "--interval", "1"],
+    ["ls"],
+    ["prune", "--keep", "1", "--dry-run"],
+    ["report", "-o", "unused.png"],
+]
+
+
+def without_token_check_bypass() -> dict[str, str]:
+    env = {**os.environ, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    env.pop("FETCH_RAW_TOKEN_EXPIRY", None)
+    return env
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
+def test_cli_names_an_unvalidated_raw_token_without_showing_it(
+    command, bucket, emulator, tmp_path
+):
+    done = subprocess.run(
+        [sys.executable, "-m", "colab_resume", *command, f"gs://{bucket}/runs/r"]
+        + ["--token", TOKEN, "--endpoint-url", emulator.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=without_token_check_bypass(),
+    )
+    output = done.stdout + done.stderr
+    assert TOKEN not in output
+    assert TOKEN[5:20] not in output
+    assert "Traceback" not in output
+    assert done.returncode == 1, output
+    [line] = done.stderr.splitlines()  # one line: the problem and the fix
+    assert line.startswith("colab-resume: "), line
+    assert "token" in line and "FETCH_RAW_TOKEN_EXPIRY=false" in line, line
+
+
+def exception_texts(error: BaseException) -> str:
+    """Every text an exception carries: message, args, repr, chained causes."""
+    texts, seen = [], set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        texts += [str(current), repr(current), repr(current.args)]
+        todo += [current.__cause__, current.__context__]
+    texts += traceback.format_exception(error)
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("entry", ["inspect", "Agent"])
+def test_api_error_for_an_unvalidated_raw_token_holds_no_token(
+    entry, bucket, emulator, monkeypatch
+):
+    monkeypatch.delenv("FETCH_RAW_TOKEN_EXPIRY", raising=False)
+    options = {"token": TOKEN, "endpoint_url": emulator.url}
+    url = f"gs://{bucket}/runs/r"
+    with pytest.raises(ColabResumeError) as caught:
+        if entry == "inspect":
+            cr.inspect(url, options)
+        else:
+            cr.Agent(url, storage_options=options)
+    assert isinstance(caught.value, NoCredentialsError)
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+    texts = exception_texts(caught.value)
+    assert TOKEN not in texts
+    assert urllib.parse.quote(TOKEN) not in texts
+    message = str(caught.value)
+    assert "a raw access token passed as token= (not shown)" in message
+    assert "FETCH_RAW_TOKEN_EXPIRY=false" in message
+
+
+def a_scheme_without_its_backend() -> str:
+    """A URL scheme fsspec knows whose backend package is not installed here."""
+    for scheme in sorted(fsspec.available_protocols()):
+        try:
+            fsspec.get_filesystem_class(scheme)
+        except ImportError:
+            return scheme
+        except ValueError:
+            continue
+    raise AssertionError("every fsspec backend is installed; pick another error")
+
+
+def test_cli_error_line_hides_the_password_of_the_run_dir_url(tmp_path):
+    scheme = a_scheme_without_its_backend()
+    done = subprocess.run(
+        [sys.executable, "-m", "colab_resume", "ls"]
+        + [f"{scheme}://alice:opaque-value-123456@host/runs/r"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert "needs the fsspec backend" in line, line
+    assert f"{scheme}://alice:<redacted>@host/runs/r" in line, line
+    assert "opaque-value" not in done.stdout + done.stderr
