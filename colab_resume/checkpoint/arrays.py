@@ -76,6 +76,11 @@ _DTYPES = {
 }
 
 
+# How many tensors a shard read without its manifest may hold (tools and
+# tests): bounds its header at about 16 MiB.
+UNLISTED_TENSORS = 1 << 14
+
+
 class NotPortableError(TypeError):
     """A state group is not made of variables (an opaque TensorFlow trackable)."""
 
@@ -132,7 +137,7 @@ def write_shards(prefix: str, arrays: dict[str, Any], shard_bytes: int) -> None:
 
 
 def read_arrays(
-    path: str, *, tensors: int = 1 << 14, entry: FileEntry | None = None
+    path: str, *, tensors: int = UNLISTED_TENSORS, entry: FileEntry | None = None
 ) -> dict[str, Any]:
     """The arrays of a safetensors file, by name, as read-only NumPy views
     of one verified copy (:mod:`~colab_resume.checkpoint.shard_file`).
@@ -163,7 +168,7 @@ def read_shards(
     prefix: str,
     *,
     files: Sequence[FileEntry] | None = None,
-    tensors: int = 1 << 14,
+    tensors: int = UNLISTED_TENSORS,
 ) -> dict[str, Any]:
     """Every tensor of the shards next to ``prefix``, by name.
 

@@ -18,7 +18,10 @@ but the file on the local disk can change after that check (another
 process, a full or failing disk). A mapping shows such a change: values
 that were never verified would be restored, and a file truncated under it
 kills the process with SIGBUS. A buffer of our own cannot change once its
-checksum matched, so what is verified is what is restored.
+checksum matched, so what is verified is what is restored. The price: the
+checkpoint's size in process memory until the variables hold the values,
+and a copy and a checksum pass more than a mapping (about a tenth of a
+second per 200 MB on a loaded two-core machine).
 
 Every offset and size is checked against the file before use, and the
 header's length against a bound before it is read: a damaged file is
