@@ -2,13 +2,14 @@
 
 Real files written by the safetensors library; damaged ones made by editing
 their bytes. A damaged file must be refused with what is wrong, never read
-out of bounds or half-read.
+out of bounds or half-read, and a huge header refused before it is read.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import tracemalloc
 
 import ml_dtypes
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from colab_resume.checkpoint.arrays import read_arrays, write_arrays
-from colab_resume.checkpoint.errors import StructureMismatchError
+from colab_resume.checkpoint.manifest import FileEntry, crc32c_bytes
 from colab_resume.checkpoint.shard_file import DamagedShardError
 
 
@@ -112,9 +113,49 @@ def test_a_garbled_header_or_entry_is_refused(shard):
         read_arrays(shard)
 
 
-def test_an_unknown_dtype_is_named(shard):
+def test_an_unknown_dtype_is_named_as_damage(shard):
     header, data = _header(shard)
     header["w"]["dtype"] = "F8_E4M3"
     _write(shard, header, data)
-    with pytest.raises(StructureMismatchError, match="dtype F8_E4M3"):
+    with pytest.raises(DamagedShardError, match="dtype 'F8_E4M3'"):
         read_arrays(shard)
+
+
+@pytest.mark.parametrize("shape", [[-2, -3], [True, 6], [6.0], "6", [1 << 62, 0]])
+def test_a_shape_that_is_no_list_of_sizes_is_refused(shard, shape):
+    header, data = _header(shard)
+    header["w"]["shape"] = shape
+    _write(shard, header, data)
+    with pytest.raises(DamagedShardError, match="tensor w"):
+        read_arrays(shard)
+
+
+def test_an_oversized_header_is_refused_before_it_is_read(shard):
+    """Valid JSON, 4 MiB of it: parsing would cost tens of times that."""
+    header, data = _header(shard)
+    header["__metadata__"] = {f"k{i}": "v" for i in range(300_000)}
+    _write(shard, header, data)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DamagedShardError, match="more than the"):
+            read_arrays(shard, tensors=2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 << 10  # neither read nor parsed
+    assert sorted(read_arrays(shard, tensors=300_000)) == ["b", "w"]
+
+
+def test_the_bytes_read_are_the_bytes_the_manifest_lists(shard):
+    """Size and CRC32C are checked over the copy the tensors are views of."""
+    raw = open(shard, "rb").read()
+    entry = FileEntry(name="ckpt.safetensors", size=len(raw), crc32c=crc32c_bytes(raw))
+    assert read_arrays(shard, entry=entry)["w"].tolist() == list(range(6))
+    changed = bytearray(raw)
+    changed[-1] ^= 0x40  # the last byte of b
+    open(shard, "wb").write(bytes(changed))
+    with pytest.raises(DamagedShardError, match="CRC32C .* manifest says"):
+        read_arrays(shard, entry=entry)
+    open(shard, "wb").write(raw + b"\0")
+    with pytest.raises(DamagedShardError, match="bytes on the local disk"):
+        read_arrays(shard, entry=entry)

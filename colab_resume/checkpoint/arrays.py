@@ -34,11 +34,16 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from colab_resume import backend
-from colab_resume.checkpoint.errors import StructureMismatchError
-from colab_resume.checkpoint.shard_file import read_views
+from colab_resume.checkpoint.errors import (
+    DamagedCheckpointError,
+    StructureMismatchError,
+)
+from colab_resume.checkpoint.manifest import FileEntry
+from colab_resume.checkpoint.shard_file import header_limit, read_views
 from colab_resume.checkpoint.state import (
     StateLike,
     _describe,
@@ -70,6 +75,11 @@ _DTYPES = {
     "U8": "uint8",
     "BOOL": "bool",
 }
+
+
+# How many tensors a shard read without its manifest may hold (tools and
+# tests): bounds its header at about 16 MiB.
+UNLISTED_TENSORS = 1 << 14
 
 
 class NotPortableError(TypeError):
@@ -127,20 +137,63 @@ def write_shards(prefix: str, arrays: dict[str, Any], shard_bytes: int) -> None:
         write_arrays(os.path.join(directory, file_name), shard)
 
 
-def read_arrays(path: str) -> dict[str, Any]:
+def read_arrays(
+    path: str, *, tensors: int = UNLISTED_TENSORS, entry: FileEntry | None = None
+) -> dict[str, Any]:
     """The arrays of a safetensors file, by name, as read-only NumPy views
-    of the file (:mod:`~colab_resume.checkpoint.shard_file`)."""
-    return read_views(path, lambda code: _numpy_dtype(_DTYPES[code]))
+    of one verified copy (:mod:`~colab_resume.checkpoint.shard_file`).
+
+    Args:
+        path: the file.
+        tensors: how many tensors its checkpoint lists (bounds its header).
+        entry: its manifest entry; its size and CRC32C are checked over the
+            bytes the views show.
+
+    Raises:
+        DamagedShardError: the file is damaged, or not the one ``entry`` lists.
+    """
+    return read_views(
+        path,
+        _dtype_of_code,
+        max_header_bytes=header_limit(tensors),
+        size=None if entry is None else entry.size,
+        crc32c=None if entry is None else entry.crc32c,
+    )
 
 
-def read_shards(prefix: str) -> dict[str, Any]:
-    """Every tensor of the shards next to ``prefix``, by name."""
+def _dtype_of_code(code: str) -> Any:
+    return _numpy_dtype(_DTYPES[code])
+
+
+def read_shards(
+    prefix: str,
+    *,
+    files: Sequence[FileEntry] | None = None,
+    tensors: int = UNLISTED_TENSORS,
+) -> dict[str, Any]:
+    """Every tensor of the shards next to ``prefix``, by name.
+
+    Args:
+        prefix: the checkpoint prefix (its directory holds the shards).
+        files: the manifest's entries: exactly its shards are read, each
+            checked against its entry. None: whatever shards lie there.
+        tensors: how many tensors the checkpoint lists (bounds each header).
+    """
     directory, base = os.path.split(prefix)
-    pattern = os.path.join(glob.escape(directory), glob.escape(base) + "*" + SUFFIX)
-    paths = sorted(glob.glob(pattern))
+    if files is None:
+        pattern = os.path.join(glob.escape(directory), glob.escape(base) + "*" + SUFFIX)
+        found: list[tuple[str, FileEntry | None]] = [
+            (path, None) for path in sorted(glob.glob(pattern))
+        ]
+    else:
+        found = [
+            (os.path.join(directory, f.name), f)
+            for f in files
+            if f.name.endswith(SUFFIX)
+        ]
     arrays: dict[str, Any] = {}
-    for path in paths:
-        arrays.update(read_arrays(path))
+    for path, entry in found:
+        arrays.update(read_arrays(path, tensors=tensors, entry=entry))
     return arrays
 
 
@@ -394,16 +447,33 @@ class ArrayState:
         self._trace_reader()
 
     def restore(
-        self, prefix: str, saved: dict[str, Any], options: Any = None
+        self,
+        prefix: str,
+        saved: dict[str, Any],
+        options: Any = None,
+        files: Sequence[FileEntry] | None = None,
     ) -> list[str]:
         """Read the shards next to ``prefix`` into the live variables, by position.
+
+        Nothing is assigned before every tensor read is checked: a damaged
+        checkpoint leaves the variables as they were.
+
+        Args:
+            prefix: the local checkpoint prefix.
+            saved: the structure its manifest records.
+            options: unused (TensorFlow's format takes them).
+            files: the manifest's file entries: each shard is checked
+                against its size and CRC32C as it is read.
 
         Returns:
             Optional groups skipped because they did not match.
 
         Raises:
-            StructureMismatchError: a required group differs, or the files
-                lack a tensor the manifest lists.
+            StructureMismatchError: the manifest does not fit the live state
+                (the model changed), or a saved integer does not fit the
+                narrower integer variable it goes into.
+            DamagedCheckpointError: the files do not hold what the manifest
+                lists (a tensor missing, of another shape or dtype...).
         """
         if build_pending_optimizers(self.source, self.structure, saved):
             self._setup()
@@ -412,26 +482,45 @@ class ArrayState:
             _loose(saved),
             metrics_pending=metrics_pending(self.source),
         )
-        arrays = read_shards(prefix)
+        listed = sum(len(v) for v in saved.values() if isinstance(v, list))
+        arrays = read_shards(prefix, files=files, tensors=listed)
+        assignments = []
         for group, variables in self._groups.items():
             if group in skipped:
                 continue
             for i, variable in enumerate(variables):
                 name = tensor_name(group, i)
-                value = arrays.get(name)
-                if value is None:
-                    raise StructureMismatchError(
-                        f"the checkpoint has no tensor {name}, which its manifest "
-                        f"lists: it is damaged."
-                    )
+                # check_fits passed: the manifest's entry is the variable's
+                # shape and dtype (integer widths aside).
+                value = _as_listed(name, arrays.get(name), saved[group][i])
                 target = _numpy_dtype(str(variable.dtype))
-                if tuple(value.shape) != tuple(variable.shape) or (
-                    value.dtype != target and not _fits_integer(value, target)
-                ):
+                if value.dtype != target and not _fits_integer(value, target):
                     raise StructureMismatchError(
-                        f"tensor {name} is {value.dtype}{list(value.shape)}, the "
-                        f"variable {getattr(variable, 'path', variable.name)} is "
-                        f"{variable.dtype}{list(variable.shape)}."
+                        f"tensor {name} is {value.dtype}{list(value.shape)} and "
+                        f"holds values the variable "
+                        f"{getattr(variable, 'path', variable.name)} "
+                        f"({variable.dtype}) cannot."
                     )
-                variable.assign(value.astype(target, copy=False))
+                assignments.append((variable, value, target))
+        for variable, value, target in assignments:
+            variable.assign(value.astype(target, copy=False))
         return skipped
+
+
+def _as_listed(name: str, value: Any, listed: list[Any]) -> Any:
+    """``value`` if it is the tensor the manifest lists as ``listed``.
+
+    Raises:
+        DamagedCheckpointError: it is missing, or of another shape or dtype.
+    """
+    _, shape, dtype = listed
+    if value is None:
+        raise DamagedCheckpointError(
+            f"the shards have no tensor {name}, which the manifest lists"
+        )
+    if tuple(value.shape) != tuple(shape) or value.dtype != _numpy_dtype(dtype):
+        raise DamagedCheckpointError(
+            f"tensor {name} in the shards is {value.dtype}{list(value.shape)}, "
+            f"the manifest lists {_numpy_dtype(dtype)}{list(shape)}"
+        )
+    return value

@@ -19,3 +19,15 @@ class NoValidCheckpointError(CheckpointError):
 
 class StructureMismatchError(CheckpointError, ValueError):
     """The checkpoint's variables do not match the model being restored."""
+
+
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint's files disagree with its own manifest: damage.
+
+    Told apart from :class:`StructureMismatchError` on purpose. The manifest
+    disagreeing with the model being restored is the user's change of model,
+    and an older checkpoint would not fit either: an error. A file
+    disagreeing with the manifest that committed it (a tensor missing, of
+    another shape or dtype, a header that is not the one written) is
+    damage: restore falls back to the next older checkpoint with a warning.
+    """

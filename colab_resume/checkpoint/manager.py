@@ -439,7 +439,9 @@ class CheckpointManager:
         def read(prefix: str, manifest: Manifest) -> tuple[str, ...]:
             files = [f.name for f in manifest.files]
             reader = formats.for_reading(state, training_state, files)
-            return tuple(reader.restore(prefix, manifest.structure, options))
+            return tuple(
+                reader.restore(prefix, manifest.structure, options, manifest.files)
+            )
 
         info = restore_latest(
             self.storage,

@@ -7,7 +7,13 @@ keeps one, the listed CRC32C. Then every file is downloaded with one
 request each, its size and CRC32C computed as the bytes stream in, and
 compared with the manifest, which is trusted once its commit marker is
 (:mod:`colab_resume.commit`): damage that happened after the listing, on
-the wire, or on a storage that keeps no checksums is caught there. A
+the wire, or on a storage that keeps no checksums is caught there. The
+reader checks the CRC32C once more over the bytes it restores from (held
+in memory of its own), so a file changed on the local disk after that
+check is damage too, and checks every tensor against the manifest: a
+shard that disagrees with the manifest that committed it is damage, while
+a manifest that disagrees with the model being restored is the user's
+change of model (:class:`StructureMismatchError`, never a fallback). A
 damaged checkpoint is skipped with a warning event naming what is wrong;
 if checkpoints exist and none is usable, :class:`NoValidCheckpointError`
 is raised, never a silent fresh start.
@@ -26,6 +32,7 @@ from typing import Any
 from colab_resume import commit
 from colab_resume.checkpoint import transfer
 from colab_resume.checkpoint.errors import (
+    DamagedCheckpointError,
     NoValidCheckpointError,
     StructureMismatchError,
 )
@@ -171,8 +178,10 @@ def restore_latest(
     Args:
         storage: the run directory.
         read: restores the local prefix into the live state; returns the
-            optional groups it skipped. A StructureMismatchError from it is
-            raised as is: an older checkpoint would not fit either.
+            optional groups it skipped. A StructureMismatchError from it (the
+            manifest does not fit the state) is raised as is: an older
+            checkpoint would not fit either. A DamagedCheckpointError (the
+            files do not hold what the manifest lists) is damage.
         events: for warnings and progress.
         scratch_dir: parent of the temporary download directory.
         workers: parallel downloads.
@@ -214,6 +223,12 @@ def restore_latest(
             )
         except Damaged as exc:
             clock.lap("verify")
+            reason = str(exc)
+        except DamagedCheckpointError as exc:
+            # Caught before StructureMismatchError's rule below: the files
+            # disagree with their own manifest, so an older checkpoint may
+            # well be intact.
+            clock.lap("read")
             reason = str(exc)
         except StructureMismatchError:
             raise

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from colab_resume import backend
@@ -333,13 +333,21 @@ class TrainingState:
         if sync is not None:
             sync()
 
-    def restore(self, prefix: str, saved: dict[str, Any], options: Any) -> list[str]:
+    def restore(
+        self,
+        prefix: str,
+        saved: dict[str, Any],
+        options: Any,
+        files: Sequence[Any] | None = None,
+    ) -> list[str]:
         """Read ``prefix`` into the live variables.
 
         Args:
             prefix: local checkpoint prefix.
             saved: the structure recorded in the manifest.
             options: ``tf.train.CheckpointOptions``.
+            files: the manifest's file entries; unused: TensorFlow's reader
+                checks each tensor against the CRC32C its index records.
 
         Returns:
             Optional groups that were skipped because they did not match.

@@ -9,7 +9,10 @@ it on a background thread does not stall the training thread.
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 
 class StreamingCrc32c:
@@ -22,9 +25,10 @@ class StreamingCrc32c:
         self._checksum: Any = google_crc32c.Checksum()  # type: ignore[no-untyped-call]
         self.size = 0
 
-    def update(self, data: bytes) -> None:
+    def update(self, data: ReadableBuffer) -> None:
+        """Add ``data``: bytes, or any read-only buffer (a NumPy array...)."""
         self._checksum.update(data)
-        self.size += len(data)
+        self.size += memoryview(data).nbytes
 
     @property
     def value(self) -> str:
