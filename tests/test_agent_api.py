@@ -264,6 +264,44 @@ def test_close_and_with_end_a_session_the_lighter_path_left_beating(tmp_path):
     again.close()  # idempotent
 
 
+def test_lighter_path_saves_the_optimizer_a_recompile_gave(tmp_path):
+    """The multi-fit recipe with a recompile between the phases: the
+    checkpoints of phase 2 hold phase 2's optimizer, not phase 1's."""
+
+    def compiled(model: keras.Model, learning_rate: float) -> keras.Model:
+        model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")
+        return model
+
+    def phase(model: keras.Model, agent: cr.Agent, epoch: int) -> None:
+        model.fit(
+            make_dataset(epoch),
+            initial_epoch=epoch,
+            epochs=epoch + 1,
+            steps_per_epoch=16,
+            callbacks=[agent.callback()],
+            verbose=0,
+        )
+
+    model = compiled(build_model(), 1e-2)
+    agent = agent_for(tmp_path / "run")
+    agent.restore(model, epochs=2)
+    phase(model, agent, 0)
+    compiled(model, 1e-4)  # fine-tuning: a new Adam, as many variables
+    phase(model, agent, 1)
+    assert agent.status().state == "COMPLETED"
+
+    fresh = compiled(build_model(), 0.5)
+    later = agent_for(tmp_path / "run")
+    assert later.restore(fresh).step == 32
+    later.close()
+    assert int(fresh.optimizer.iterations.numpy()) == 16  # phase 2's steps
+    assert np.isclose(fresh.optimizer.learning_rate.numpy(), 1e-4)
+    for index, (trained, saved) in enumerate(
+        zip(model.optimizer.variables, fresh.optimizer.variables, strict=True)
+    ):
+        assert np.array_equal(trained.numpy(), saved.numpy()), index
+
+
 def test_unknown_url_scheme(tmp_path):
     with pytest.raises(cr.errors.UnsupportedURLError, match="gs://bucket/path"):
         cr.Agent("ftp2://x/y")

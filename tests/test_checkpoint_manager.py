@@ -385,3 +385,37 @@ def test_an_opaque_trackable_falls_back_to_tensorflow_format_and_says_so(storage
     assert "only the TensorFlow backend" in warning.message
     files = [i.path.rsplit("/", 1)[1] for i in storage.list(CheckpointName(1, 1).path)]
     assert "ckpt.index" in files
+
+
+@pytest.mark.parametrize("format", ["portable", "tensorflow"])
+def test_a_recompiled_model_saves_its_new_optimizer(tmp_path, format):
+    """``model.compile`` between saves gives the model another optimizer of
+    the same kind (as many variables): the next save must hold that one."""
+    import keras
+
+    def compiled(model: keras.Model, learning_rate: float) -> keras.Model:
+        model.compile(optimizer=keras.optimizers.Adam(learning_rate), loss="mse")
+        return model
+
+    x = np.random.default_rng(0).standard_normal((16, 3)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    model = compiled(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]), 0.1)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    storage = Storage(str(tmp_path / "run"))
+    mgr = manager(storage, format=format)
+    mgr.save(model, step=2, epoch=1)
+    mgr.wait()
+    compiled(model, 0.001).fit(x, y, batch_size=4, epochs=1, verbose=0)
+    mgr.save(model, step=6, epoch=2)
+    mgr.wait()
+    mgr.check()
+
+    fresh = compiled(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]), 0.5)
+    assert manager(storage, lease=2).restore(fresh).step == 6
+    new = [v.numpy() for v in model.optimizer.variables]
+    assert [v.numpy() for v in fresh.optimizer.variables[:1]] == [4]  # iterations
+    assert np.isclose(fresh.optimizer.learning_rate.numpy(), 0.001)
+    for index, (mine, saved) in enumerate(
+        zip(new, [v.numpy() for v in fresh.optimizer.variables], strict=True)
+    ):
+        assert np.array_equal(mine, saved), f"optimizer variable #{index}"

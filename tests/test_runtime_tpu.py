@@ -516,5 +516,9 @@ def test_tensorflow_not_installed(world, monkeypatch):
     with pytest.raises(TensorFlowNotInstalledError) as raised:
         on_colab_tpu.connect()
     assert "runs Keras on JAX" in str(raised.value)
+    # Everything the agent offers works on JAX: the fix sends no one away.
+    for way in ("agent.fit", "agent.run", "agent.restore", "recovery"):
+        assert way in str(raised.value), way
+    assert "not supported" not in str(raised.value)
     assert "Colab GPU runtime" in str(raised.value)
     assert "tensorflow-tpu --find-links" not in str(raised.value)

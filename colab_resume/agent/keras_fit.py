@@ -188,10 +188,7 @@ class KerasFit:
 
     def snapshot(self) -> Snapshot:
         history = {"epoch": list(self.history.epoch), "history": self.history.history}
-        if backend.is_jax():
-            # Mid-epoch, Keras on JAX keeps the trained values in its own
-            # state and leaves the model's variables empty: put them back.
-            self.model.jax_state_sync()
+        jax_backend.sync_fit_state(self.model)
         state = self.state
         if self._slots is not None:
             self._slots.store()

@@ -134,6 +134,20 @@ def replicas() -> int:
     return int(distribution.device_mesh.devices.size)
 
 
+def sync_fit_state(model: Any) -> None:
+    """Put the values ``model.fit`` is training back into ``model``'s variables.
+
+    Mid-epoch, Keras' JAX trainer keeps the trained values in its own state
+    and leaves the variables stale (their buffers may have been donated to
+    a step, and deleted): a save from inside ``fit`` must call this first.
+    Nothing happens off JAX or outside ``fit``.
+    """
+    from colab_resume.backend.current import is_jax
+
+    if is_jax():
+        model.jax_state_sync()
+
+
 def forget_compiled() -> None:
     """Drop JAX's caches of traced and compiled programs (after a device loss).
 

@@ -53,6 +53,7 @@ from colab_resume.checkpoint.state import (
     check_fits,
     expand,
     metrics_pending,
+    same_objects,
 )
 
 SUFFIX = ".safetensors"
@@ -364,14 +365,13 @@ class ArrayState:
         }
 
     def outdated(self) -> bool:
-        """True once the state has variables this object does not list."""
+        """True once the state's variables are not the ones this object lists
+        (see :func:`~colab_resume.checkpoint.state.same_objects`)."""
         try:
             groups = portable_groups(self.source)
         except NotPortableError:
             return True
-        return {g: len(v) for g, v in groups.items()} != {
-            g: len(v) for g, v in self._groups.items()
-        }
+        return not same_objects(self._groups, groups)
 
     @property
     def nbytes(self) -> int:

@@ -266,7 +266,8 @@ class CheckpointManager:
     def _training_state(self, state: StateLike) -> formats.StateFiles:
         # Reuse across saves: rebuilding the tf.train.Checkpoint every time
         # would also restart TF's async writer thread. Captured again only
-        # when the state grew variables (optimizer slots after a first step).
+        # when its variables changed (optimizer slots after a first step, a
+        # new optimizer after model.compile).
         if (
             self._state is None
             or self._state.source is not state

@@ -297,21 +297,15 @@ class TrainingState:
         self.checkpoint = tf.train.Checkpoint(**children)
 
     def outdated(self) -> bool:
-        """True once the state has variables this object does not list.
+        """True once the state's variables are not the ones this object lists.
 
-        Optimizers build their slots on their first step and Keras builds
-        compile metrics lazily: a state captured before training must be
-        captured again before it is saved.
+        See :func:`same_objects`: slots built, metrics built, or a recompile.
         """
-        groups = expand(self.source)
-        if set(groups) != set(self._groups):
-            return True
-        for group, obj in groups.items():
+        now: dict[str, Any] = {}
+        for group, obj in expand(self.source).items():
             variables = _variable_list(obj)
-            mine = self._groups[group]
-            if variables is not None and len(variables) != len(mine):
-                return True
-        return False
+            now[group] = obj if variables is None else variables
+        return not same_objects(self._groups, now)
 
     @property
     def nbytes(self) -> int:
@@ -371,6 +365,34 @@ class TrainingState:
         status.expect_partial()
         status.assert_existing_objects_matched()
         return skipped
+
+
+def same_objects(listed: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """True when ``now`` holds the very objects ``listed`` does, group by group.
+
+    A writer lists a state's variables once and reuses the list across
+    saves; it must list them again once they change. Optimizers build their
+    slots on their first step and Keras builds compile metrics lazily (the
+    count grows), and ``model.compile`` gives the model a new optimizer,
+    which for one of the same kind has as many variables as the old: so
+    the variables are compared by identity, not counted.
+
+    Args:
+        listed: group -> list of variables (or an opaque object), as listed.
+        now: the same, as the state stands now.
+    """
+    if listed.keys() != now.keys():
+        return False
+    for group, mine in listed.items():
+        theirs = now[group]
+        if isinstance(mine, list) and isinstance(theirs, list):
+            if len(mine) != len(theirs) or any(
+                a is not b for a, b in zip(mine, theirs, strict=True)
+            ):
+                return False
+        elif mine is not theirs:
+            return False
+    return True
 
 
 def build_pending_optimizers(

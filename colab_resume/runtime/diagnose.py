@@ -15,6 +15,7 @@ import re
 from types import ModuleType
 from typing import Any, cast
 
+from colab_resume import backend
 from colab_resume.runtime import host
 from colab_resume.runtime.detect import RuntimeInfo
 from colab_resume.runtime.errors import (
@@ -191,10 +192,12 @@ def import_tensorflow(info: RuntimeInfo | None = None) -> ModuleType:
                 f"This is a Colab TPU runtime ({info.signs}): it runs Keras on "
                 f"JAX, and TensorFlow's TPU build installed there does not see "
                 f"the TPU. Train with Keras on JAX: set "
-                f"os.environ['KERAS_BACKEND'] = 'jax' before importing keras and "
-                f"use agent.fit (agent.run and in-session recovery are not "
-                f"supported on JAX yet); or use a Colab GPU runtime (Runtime > "
-                f"Change runtime type), or a Cloud TPU VM with a TensorFlow image"
+                f"os.environ['KERAS_BACKEND'] = 'jax' before importing keras: "
+                f"agent.fit, agent.run (a step on Keras' stateless API), "
+                f"agent.restore with agent.callback() in your own model.fit, and "
+                f"recovery from a lost TPU all work there; or use a Colab GPU "
+                f"runtime (Runtime > Change runtime type), or a Cloud TPU VM with "
+                f"a TensorFlow image"
             )
         elif info is not None and info.is_tpu:
             fix = (
@@ -211,18 +214,25 @@ def import_tensorflow(info: RuntimeInfo | None = None) -> ModuleType:
 
 
 def require_keras() -> None:
-    """Import TensorFlow and Keras 3, or say exactly what to install.
+    """Import Keras 3 and the framework it trains with, or say what to install.
+
+    That framework is TensorFlow unless Keras runs on JAX (Colab's TPU
+    runtime, which has no TensorFlow): then TensorFlow is not imported.
 
     Raises:
-        TensorFlowNotInstalledError: either cannot be imported.
+        TensorFlowNotInstalledError: Keras, or TensorFlow on its backend,
+            cannot be imported.
     """
-    import_tensorflow()
+    on_jax = backend.is_jax()
+    if not on_jax:
+        import_tensorflow()
     try:
         import keras
     except ImportError as exc:
+        install = "'colab-resume[jax]'" if on_jax else "'keras>=3'"
         raise TensorFlowNotInstalledError(
             f"Keras is not installed ({type(exc).__name__}: {exc}). Install it "
-            f"with: pip install 'keras>=3' ; then {RESTART}."
+            f"with: pip install {install} ; then {RESTART}."
         ) from exc
     if not str(getattr(keras, "__version__", "3")).startswith("3"):
         raise TensorFlowNotInstalledError(

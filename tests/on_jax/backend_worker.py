@@ -3,7 +3,7 @@
     python tests/on_jax/backend_worker.py RUN_DIR OUT_DIR [--backend jax]
         [--replicas 2] [--precision float32] [--no-dropout]
         [--kill-at-step N] [--unavailable-at-step N] [--per-replica-batch N]
-        [--loop run]
+        [--loop run|light]
 
 The same model and data on JAX (NumPy batches, run in the virtualenv
 without TensorFlow) and on TensorFlow (a ``tf.data`` pipeline over the
@@ -16,6 +16,9 @@ after the agent's duties of that step; ``--unavailable-at-step`` raises,
 once, the error a lost TPU raises through XLA (no TPU can be lost here).
 ``--loop run`` trains the same model through ``agent.run`` with a custom
 step written against Keras' stateless API under ``jax.jit`` (JAX only).
+``--loop light`` trains it through the lighter path: ``agent.restore`` and
+the script's own ``model.fit`` calls with ``agent.callback()``, a resumed
+epoch finished by a ``fit`` over its remaining batches.
 """
 
 from __future__ import annotations
@@ -74,6 +77,46 @@ def build_model(dropout: bool):  # type: ignore[no-untyped-def]
         return model
 
     return build
+
+
+def light_fit(agent, dropout: bool, batch: int):  # type: ignore[no-untyped-def]
+    """The lighter path: the model built in the agent's scope, restored, and
+    trained by plain ``model.fit`` calls over NumPy batches."""
+    import itertools
+
+    make_dataset = dataset_maker("jax", batch)
+
+    def batches_from(step: int):  # type: ignore[no-untyped-def]
+        """Every batch of the run, in order, from global step ``step``."""
+        every = (pair for epoch in range(EPOCHS) for pair in make_dataset(epoch))
+        yield from itertools.islice(every, step, None)  # fit takes generators
+
+    with agent.connect().scope():
+        model = build_model(dropout)()
+    start = agent.restore(model, epochs=EPOCHS)
+    epoch = start.initial_epoch
+    if start.skip:  # finish the resumed epoch: its remaining batches only
+        model.fit(
+            batches_from(start.step),
+            initial_epoch=epoch,
+            epochs=epoch + 1,
+            steps_per_epoch=STEPS_PER_EPOCH - start.skip,
+            callbacks=[agent.callback()],
+            shuffle=False,  # a generator's order is the order
+            verbose=0,
+        )
+        epoch += 1
+    if epoch < EPOCHS:
+        model.fit(
+            batches_from(epoch * STEPS_PER_EPOCH),
+            initial_epoch=epoch,
+            epochs=EPOCHS,
+            steps_per_epoch=STEPS_PER_EPOCH,
+            callbacks=[agent.callback()],
+            shuffle=False,  # a generator's order is the order
+            verbose=0,
+        )
+    return model
 
 
 def build_state(dropout: bool):  # type: ignore[no-untyped-def]
@@ -153,7 +196,7 @@ def main() -> int:
     parser.add_argument("--kill-at-step", type=int)
     parser.add_argument("--unavailable-at-step", type=int)
     parser.add_argument("--per-replica-batch", type=int)
-    parser.add_argument("--loop", choices=("fit", "run"), default="fit")
+    parser.add_argument("--loop", choices=("fit", "run", "light"), default="fit")
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = args.backend
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -210,6 +253,8 @@ def main() -> int:
             steps_per_epoch=STEPS_PER_EPOCH,
         )
         model = state["model"]
+    elif args.loop == "light":
+        model = light_fit(agent, not args.no_dropout, batch)
     else:
         agent.fit(
             build_model(not args.no_dropout),

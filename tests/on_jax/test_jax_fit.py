@@ -142,3 +142,33 @@ def test_custom_loop_killed_and_rerun_is_bitwise_equal(
     assert sorted(arrays) == sorted(expected)
     for key in expected:
         assert arrays[key].tobytes() == expected[key].tobytes(), key
+
+
+def test_lighter_path_killed_mid_epoch_and_rerun_is_bitwise_equal(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """agent.restore + the worker's own model.fit with agent.callback(), on
+    2 devices: saves from inside fit, a resume that finishes the epoch."""
+    straight = os.path.join(tmp_path, "straight")
+    done = worker(
+        os.path.join(straight, "run"), os.path.join(straight, "out"), "--loop", "light"
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    expected, _ = read(os.path.join(straight, "out"))
+
+    run, out = os.path.join(tmp_path, "run"), os.path.join(tmp_path, "out")
+    killed = worker(run, out, "--loop", "light", "--kill-at-step", str(KILL_AT))
+    assert killed.returncode == -9, killed.stderr[-4000:]
+    assert f"KILLING at step {KILL_AT}" in killed.stdout
+    resumed = worker(run, out, "--loop", "light")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    arrays, result = read(out)
+    # Saves every 4 steps, 7 to an epoch: each is mid-epoch (4, 8).
+    assert int(result["restored_step"]) in (4, 8)  # type: ignore[call-overload]
+    assert result["steps_here"] == 14 - int(result["restored_step"])  # type: ignore[call-overload]
+    assert result["iterations"] == 14 and result["tensorflow_imported"] is False
+    with open(os.path.join(run, "DONE.json")) as handle:
+        assert json.load(handle)["final_step"] == 14
+    assert sorted(arrays) == sorted(expected)
+    for key in expected:
+        assert arrays[key].tobytes() == expected[key].tobytes(), key

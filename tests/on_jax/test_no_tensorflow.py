@@ -92,3 +92,27 @@ def test_cpu_replicas_after_jax_initialised_says_how_to_fix(tmp_path: str) -> No
     assert "XLA_FLAGS=--xla_force_host_platform_device_count=2" in devices
     assert "CONNECTED DataParallel" in lines
     assert lines[-1] == "TF False"
+
+
+def test_restore_without_keras_names_the_jax_install(tmp_path: str) -> None:
+    """Keras hidden from the import system: on JAX the fix is the jax extra
+    (a Colab TPU runtime has no TensorFlow to install), and no run is taken."""
+    run_dir = os.path.join(tmp_path, "run")
+    code = (
+        "import sys; sys.modules['keras'] = None\n"
+        "import colab_resume as cr\n"
+        "agent = cr.Agent(sys.argv[1], prefer='cpu')\n"
+        "try:\n"
+        "    agent.restore(object())\n"
+        "except ImportError as exc:\n"
+        "    print('REFUSED', exc)\n"
+        "print('TF', 'tensorflow' in sys.modules)\n"
+    )
+    result = run_python(code, run_dir)
+    assert result.returncode == 0, result.stderr
+    refused, tf = result.stdout.strip().splitlines()[-2:]
+    assert refused.startswith("REFUSED Keras is not installed"), refused
+    assert "pip install 'colab-resume[jax]'" in refused
+    assert "TensorFlow" not in refused and "[tf]" not in refused
+    assert tf == "TF False"
+    assert not os.path.exists(run_dir)  # no lease taken
