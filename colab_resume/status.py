@@ -14,7 +14,10 @@ def inspect(
     *,
     dead_after_seconds: float | None = None,
 ) -> RunStatus:
-    """Judge a run from its run directory: NEW, ALIVE, STALLED, DEAD, COMPLETED, FAILED.
+    """Judge a run from its run directory, from anywhere.
+
+    The state is one of NEW, ALIVE, STALLED, DEAD, STOPPED, COMPLETED,
+    FAILED (:data:`colab_resume.heartbeat.STATES`).
 
     Ages come from the storage server's clock, so the verdict does not
     depend on this machine's clock. Never imports TensorFlow.

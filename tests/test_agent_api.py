@@ -93,7 +93,7 @@ def test_stop_checkpoints_and_the_next_fit_continues(tmp_path):
     [stopped] = agent.events.recent(kind="run.stopped")
     assert stopped.level == "warning" and "Run the same code again" in stopped.message
     status = agent.status()
-    assert status.state == "DEAD" and status.holder_state == "stopped"
+    assert status.state == "STOPPED" and status.holder_state == "stopped"
     assert status.checkpoint_step == 5  # saved at the step it stopped
     resumed = agent_for(tmp_path / "run", save_every_steps=100)
     history = resumed.fit(
@@ -256,7 +256,7 @@ def test_close_and_with_end_a_session_the_lighter_path_left_beating(tmp_path):
     with agent_for(tmp_path / "run") as agent:
         agent.restore(build_model())  # takes the run; no fit follows
         assert agent.status().state == "ALIVE"
-    assert agent.status().state == "DEAD"  # stopped cleanly: taken at once
+    assert agent.status().state == "STOPPED"  # a clean end: taken at once
     again = agent_for(tmp_path / "run")
     again.restore(build_model())
     assert again.session is not None and again.session.lease == 2

@@ -160,6 +160,31 @@ def test_ls_shows_leases_and_committed_and_uncommitted_checkpoints(
     assert listing["leases"][0]["heartbeat"]["state"] == "stopped"
 
 
+def test_a_cleanly_stopped_run_is_stopped_not_dead(tmp_path, capsys):
+    """stop(), SIGTERM and Ctrl-C close the session "stopped": status, ls and
+    watch say STOPPED (watch exits 5 and alerts: the run trains no more)."""
+    run_dir = str(tmp_path / "run")
+    session = RunSession.open(Storage(run_dir), SessionOptions(heartbeat_seconds=5))
+    session.update(state="training", step=7)
+    session.close("stopped")
+    assert main(["status", run_dir]) == 0
+    out = capsys.readouterr().out
+    assert "STOPPED" in out and "stopped cleanly" in out and "DEAD" not in out
+    assert main(["ls", run_dir]) == 0
+    assert "state     STOPPED: the holder stopped cleanly" in capsys.readouterr().out
+    assert main(["ls", run_dir, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "STOPPED"
+    facts = tmp_path / "facts.json"
+    dump = (
+        "import json, os, sys; open(sys.argv[1], 'w').write("
+        "os.environ['COLAB_RESUME_STATE'])"
+    )
+    on_dead = f'{sys.executable} -c "{dump}" {facts}'
+    assert main(["watch", run_dir, "--interval", "0.1", "--on-dead", on_dead]) == 5
+    assert "STOPPED" in capsys.readouterr().out
+    assert facts.read_text() == "STOPPED"
+
+
 def test_bad_url_is_a_one_line_error_naming_the_fix(capsys):
     assert main(["status", "foo://bucket/run"]) == 1
     err = capsys.readouterr().err

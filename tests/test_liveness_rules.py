@@ -56,7 +56,8 @@ LEASE = LeaseRecord(
         (False, None, 10.0, "ALIVE"),
         (False, beat(), 10.0, "ALIVE"),
         (False, beat(), 121.0, "DEAD"),
-        (False, beat(state="stopped"), 1.0, "DEAD"),
+        (False, beat(state="stopped"), 1.0, "STOPPED"),
+        (False, beat(state="stopped"), 9999.0, "STOPPED"),  # silent since, of course
         (False, beat(state="failed", error="OOM"), 1.0, "FAILED"),
         (False, beat(since_progress_s=590.0), 20.0, "STALLED"),
         (False, beat(state="paused", since_progress_s=5000.0), 20.0, "ALIVE"),

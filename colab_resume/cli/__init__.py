@@ -144,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--project", help="GCP project")
         return cmd
 
-    status = with_run_dir("status", "Is the run alive, stalled, dead or finished?")
+    status = with_run_dir(
+        "status", "Is the run alive, stalled, dead, stopped or finished?"
+    )
     status.add_argument("--json", action="store_true", help="print RunStatus as JSON")
     status.add_argument(
         "--dead-after-seconds",
@@ -155,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.set_defaults(func=cmd_status)
 
-    watch = with_run_dir("watch", "Follow a run; exit 0 COMPLETED, 3 DEAD, 4 FAILED.")
+    watch = with_run_dir(
+        "watch", "Follow a run; exit 0 COMPLETED, 3 DEAD, 4 FAILED, 5 STOPPED."
+    )
     watch.add_argument(
         "--interval", type=float, default=5.0, help="seconds between polls"
     )
@@ -169,8 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument(
         "--on-dead",
         metavar="CMD",
-        help="command run (without a shell) when the run is DEAD or FAILED; it "
-        "gets COLAB_RESUME_STATE, COLAB_RESUME_STEP, ... in its environment",
+        help="command run (without a shell) when the run is DEAD, FAILED or "
+        "STOPPED; it gets COLAB_RESUME_STATE, COLAB_RESUME_STEP, ... in its "
+        "environment",
     )
     watch.set_defaults(func=cmd_watch)
 

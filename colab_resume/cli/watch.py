@@ -1,7 +1,9 @@
 """``colab-resume watch``: a live one-line view that exits when the run ends.
 
-Exit codes: 0 COMPLETED, 3 DEAD, 4 FAILED. ``--on-dead CMD`` runs an alert
-command when the run is DEAD or FAILED. The command is split like a shell
+Exit codes: 0 COMPLETED, 3 DEAD, 4 FAILED, 5 STOPPED. ``--on-dead CMD`` runs
+an alert command when the run is DEAD, FAILED or STOPPED: it trains no more
+(a SIGTERM that stopped it may be a preemption), and ``COLAB_RESUME_STATE``
+tells the three apart. The command is split like a shell
 would (``shlex``) but never run through a shell, and the run's facts reach
 it only as environment variables (``COLAB_RESUME_STATE``,
 ``COLAB_RESUME_STEP``...), so nothing read from the run directory can
@@ -24,7 +26,12 @@ from colab_resume.heartbeat import liveness
 from colab_resume.heartbeat.liveness import RunStatus
 from colab_resume.storage import Storage
 
-EXIT_CODES = {liveness.COMPLETED: 0, liveness.DEAD: 3, liveness.FAILED: 4}
+EXIT_CODES = {
+    liveness.COMPLETED: 0,
+    liveness.DEAD: 3,
+    liveness.FAILED: 4,
+    liveness.STOPPED: 5,
+}
 # One environment value; Linux refuses a single one over 128 KiB
 # ("argument list too long"), and a heartbeat may carry any text.
 MAX_ENV_VALUE_CHARS = 4_096
@@ -90,7 +97,8 @@ def watch(
     out: IO[str] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Poll the run until it is COMPLETED, DEAD or FAILED; returns the exit code."""
+    """Poll the run until it is COMPLETED, DEAD, FAILED or STOPPED; returns the
+    exit code (:data:`EXIT_CODES`)."""
     # Looked up now, not at import: a redirected stdout may have closed since.
     out = out if out is not None else sys.stdout
     live = out.isatty()
@@ -114,7 +122,7 @@ def watch(
         if status.state in EXIT_CODES:
             if live:
                 out.write("\n")
-            if on_dead and status.state in (liveness.DEAD, liveness.FAILED):
+            if on_dead and status.state in liveness.FREE:
                 run_alert(on_dead, status)
             return EXIT_CODES[status.state]
         sleep(interval)

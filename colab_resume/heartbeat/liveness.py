@@ -32,9 +32,12 @@ NEW = "NEW"
 ALIVE = "ALIVE"
 STALLED = "STALLED"
 DEAD = "DEAD"
+STOPPED = "STOPPED"
 COMPLETED = "COMPLETED"
 FAILED = "FAILED"
-STATES = (NEW, ALIVE, STALLED, DEAD, COMPLETED, FAILED)
+STATES = (NEW, ALIVE, STALLED, DEAD, STOPPED, COMPLETED, FAILED)
+# Nobody holds the run: the next session takes it at once, without waiting.
+FREE = (DEAD, STOPPED, FAILED)
 
 # Defaults when the holder's lease is unreadable (damage): its own promise
 # is unknown. Deliberately the old default's 4 beats of 30 s, longer than
@@ -52,7 +55,7 @@ class RunStatus:
     """What anyone can learn about a run from its run directory.
 
     Attributes:
-        state: NEW, ALIVE, STALLED, DEAD, COMPLETED or FAILED.
+        state: NEW, ALIVE, STALLED, DEAD, STOPPED, COMPLETED or FAILED.
         step: the holder's last reported training step.
         checkpoint_step: the newest committed checkpoint's step.
         heartbeat_age_s: seconds since the holder's last sign of life, by
@@ -116,7 +119,12 @@ def judge(
             f"the holder stopped on an error: {redact(beat.error or 'unknown')}",
         )
     if beat is not None and beat.state in ("stopped", "completed"):
-        return DEAD, "the holder stopped cleanly; the run can be taken at once"
+        # A clean end (stop(), SIGTERM, Ctrl-C) is no death: the holder
+        # said it was leaving, after its final checkpoint.
+        return STOPPED, (
+            "the holder stopped cleanly (stop(), SIGTERM or Ctrl-C); run the "
+            "same code again to continue, the run can be taken at once"
+        )
     if gone is not None:
         return DEAD, f"{gone}; the run can be taken at once"
     if age > dead_after:
