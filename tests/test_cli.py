@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from support import Process, cli, run_cli, wait_for, worker
 
 from colab_resume import rundir
@@ -192,10 +193,18 @@ def test_bad_url_is_a_one_line_error_naming_the_fix(capsys):
 
 
 def test_a_local_run_dir_that_does_not_exist_is_named_not_new(tmp_path, capsys):
+    """The CLI and cr.inspect give one answer, in the same words."""
+    import colab_resume as cr
+    from colab_resume.errors import RunDirNotFoundError
+
     missing = tmp_path / "runs" / "typo"
     assert main(["status", str(missing)]) == 1
     err = capsys.readouterr().err
     assert f"no run directory at {missing}" in err and "gs://BUCKET" in err
+    with pytest.raises(RunDirNotFoundError) as raised:
+        cr.inspect(str(missing))
+    assert err.strip() == f"colab-resume: {raised.value}"
+    assert not missing.exists()  # asking created nothing
 
 
 def test_missing_bucket_names_the_create_command(emulator, capsys):

@@ -40,15 +40,7 @@ def _open(args: argparse.Namespace) -> Storage:  # imported lazily for speed
     from colab_resume.storage import Storage
 
     storage = Storage(args.run_dir, _storage_options(args))
-    if storage.protocol == "file" and not os.path.isdir(storage.root):
-        from colab_resume.errors import RunDirNotFoundError
-
-        # A typo, not a run nobody started: a local run directory exists
-        # from its first session on.
-        raise RunDirNotFoundError(
-            f"no run directory at {storage.root} (a local path). Check the "
-            f"path; for Cloud Storage write gs://BUCKET/runs/NAME."
-        )
+    storage.require_run_dir()
     return storage
 
 
