@@ -50,10 +50,14 @@ def one_line(status: RunStatus) -> str:
         return "-" if value is None else str(value)
 
     age = "-" if status.heartbeat_age_s is None else f"{status.heartbeat_age_s:.0f}s"
+    # The step is the furthest known; the beat's own, when behind it (a
+    # checkpoint committed since), is said with the beat, never hidden.
+    behind = status.beat_step is not None and status.beat_step != status.step
+    at = f" at step {status.beat_step}" if behind else ""
     return printable(
         f"{status.state:<9} step {show(status.step)}"
         f"  ckpt {show(status.checkpoint_step)}"
-        f"  beat {age} ago  lease {status.lease}  {status.detail}"
+        f"  beat {age} ago{at}  lease {status.lease}  {status.detail}"
     )
 
 

@@ -56,8 +56,11 @@ class RunStatus:
 
     Attributes:
         state: NEW, ALIVE, STALLED, DEAD, STOPPED, COMPLETED or FAILED.
-        step: the holder's last reported training step.
-        checkpoint_step: the newest committed checkpoint's step.
+        step: the furthest step the holder is known to have trained: its
+            last beat's step, or the step of a checkpoint it committed
+            since that beat (beats and commits do not wait for each other).
+        checkpoint_step: the newest committed checkpoint's step (whoever
+            committed it; restore takes it).
         heartbeat_age_s: seconds since the holder's last sign of life, by
             the storage server's clock.
         lease: the highest lease number (0: never taken).
@@ -68,6 +71,8 @@ class RunStatus:
         detail: one line explaining the verdict.
         dead_after_s: the silence after which the holder counts as dead.
         run_dir: where the run lives.
+        beat_step: the step the holder's last beat reported, which ``step``
+            exceeds when the holder committed a checkpoint after it.
     """
 
     state: str
@@ -82,6 +87,7 @@ class RunStatus:
     detail: str = ""
     dead_after_s: float | None = None
     run_dir: str = ""
+    beat_step: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -260,9 +266,10 @@ def read_status(
     )
     if problems:
         detail += "; " + "; ".join(problems)
+    beat_step = beat.step if beat else None
     return RunStatus(
         state=state,
-        step=beat.step if beat else None,
+        step=trained_step(beat_step, holder.lease, listing),
         checkpoint_step=listing.committed_step,
         heartbeat_age_s=None if age is None else round(age, 1),
         lease=holder.lease,
@@ -273,4 +280,19 @@ def read_status(
         detail=detail,
         dead_after_s=dead_after,
         run_dir=storage.url,
+        beat_step=beat_step,
     )
+
+
+def trained_step(beat_step: int | None, lease: int, listing: RunListing) -> int | None:
+    """The furthest step lease ``lease`` is known to have trained.
+
+    A beat carries the step of its moment, up to one interval old; a
+    checkpoint committed since proves its writer got to its step. Only the
+    holder's own commits count: a newer checkpoint of an earlier session
+    (one this holder could not restore, being damaged) says nothing of
+    where this holder is.
+    """
+    own = [d.name.step for d in listing.committed if d.name.lease == lease]
+    known = [s for s in (beat_step, max(own, default=None)) if s is not None]
+    return max(known) if known else None
