@@ -103,11 +103,14 @@ def test_stop_checkpoints_and_the_next_fit_continues(tmp_path):
     assert resumed.checkpoints is not None
     assert resumed.events.recent(kind="checkpoint.restored")[0].step == 5
     [said] = resumed.events.recent(kind="run.resumed_at")
-    assert said.message.startswith("resumed at step 5 (epoch 0) from the checkpoint")
+    assert said.message.startswith(
+        "resumed at step 5 (epoch 1, after 5 of its 16 steps) from the checkpoint"
+    )
     assert resumed.status().state == "COMPLETED"
 
 
 def test_a_resume_says_where_it_resumed_above_the_progress_bar(tmp_path, capsys):
+    """In the epoch numbers Keras prints right below it ("Epoch 2/2")."""
     agent = agent_for(tmp_path / "run", save_every_steps=100)
     agent.fit(
         build_model,
@@ -115,13 +118,17 @@ def test_a_resume_says_where_it_resumed_above_the_progress_bar(tmp_path, capsys)
         epochs=2,
         steps_per_epoch=16,
         verbose=0,
-        callbacks=[at_step(5, agent.stop)],
+        callbacks=[at_step(21, agent.stop)],
     )
     capsys.readouterr()
     resumed = agent_for(tmp_path / "run")
     resumed.fit(build_model, make_dataset, epochs=2, steps_per_epoch=16, verbose=2)
     printed = capsys.readouterr().out
-    assert printed.count("resumed at step 5 (epoch 0) from the checkpoint") == 1
+    said = "resumed at step 21 (epoch 2, after 5 of its 16 steps) from the checkpoint"
+    assert printed.count(said) == 1, printed
+    assert "Epoch 2/2" in printed.split(said, 1)[1] and "Epoch 1/2" not in printed
+    [restored] = resumed.events.recent(kind="checkpoint.restored")
+    assert "(saved in epoch 2)" in restored.message
 
 
 def test_one_slash_after_gs_is_refused_with_the_fix():
