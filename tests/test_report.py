@@ -209,6 +209,7 @@ def test_a_session_killed_after_its_first_commit_is_drawn(tmp_path):
     import colab_resume as cr
 
     run_dir = str(tmp_path / "run")
+    os.mkdir(run_dir)  # inspected before the worker's session creates it
     first = worker(
         "agent_worker",
         run_dir,
