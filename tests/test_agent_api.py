@@ -309,3 +309,46 @@ def test_lighter_path_restore_and_callback(tmp_path):
     start = later.restore(build_model())
     assert (start.step, start.initial_epoch, start.skip) == (6, 0, 6)
     later.session.close()
+
+
+def test_where_the_run_stands_reaches_the_cell_without_a_panel(tmp_path, capsys):
+    """Completed, extended, cannot go back: info events, which logging at its
+    default level never prints, are printed under the cell."""
+    run = tmp_path / "run"
+
+    def fit(epochs: int) -> str:
+        capsys.readouterr()
+        agent_for(run).fit(
+            build_model, make_dataset, epochs=epochs, steps_per_epoch=16, verbose=0
+        )
+        return capsys.readouterr().out
+
+    assert "colab_resume: run completed" in fit(1)
+    extended = fit(2)
+    assert "colab_resume: the run had completed at step 16; continuing" in extended
+    assert "colab_resume: run completed" in extended
+    assert "it cannot go back: restored its final state (step 32)" in fit(1)
+
+
+def test_the_console_leaves_to_a_panel_or_the_users_logging_what_they_show(
+    capsys, caplog
+):
+    import io
+
+    from colab_resume.agent.console import ConsoleSink
+    from colab_resume.events import EventLog
+
+    out = io.StringIO()
+    events, sink = EventLog(), ConsoleSink(out)
+    events.subscribe(sink)
+    events.emit("checkpoint.committed", "committed step-4")  # detail: not said
+    events.emit("run.stopped", "stopped", level="warning")  # logging says it
+    events.emit("run.completed", "run completed")
+    assert out.getvalue() == "colab_resume: run completed\n"
+    sink.panel_shown = True
+    events.emit("run.completed", "again")
+    sink.panel_shown = False
+    with caplog.at_level("INFO", logger="colab_resume"):  # logging shows info
+        events.emit("run.completed", "once more")
+    assert out.getvalue() == "colab_resume: run completed\n"
+    assert "once more" in caplog.text
