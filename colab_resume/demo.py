@@ -112,6 +112,9 @@ def main(run_dir: str | None = None) -> int:
 
     base = tempfile.mkdtemp(prefix="colab-resume-demo-")
     run_dir = run_dir or os.path.join(base, "run")
+    # Here, not by the child: inspect() polls it before the child's first
+    # session creates it, and a local run directory that is missing is a typo.
+    os.makedirs(run_dir, exist_ok=True)
     start = time.monotonic()
 
     def say(text: str) -> None:

@@ -14,7 +14,10 @@ def inspect(
     *,
     dead_after_seconds: float | None = None,
 ) -> RunStatus:
-    """Judge a run from its run directory: NEW, ALIVE, STALLED, DEAD, COMPLETED, FAILED.
+    """Judge a run from its run directory, from anywhere.
+
+    The state is one of NEW, ALIVE, STALLED, DEAD, STOPPED, COMPLETED,
+    FAILED (:data:`colab_resume.heartbeat.STATES`).
 
     Ages come from the storage server's clock, so the verdict does not
     depend on this machine's clock. Never imports TensorFlow.
@@ -31,7 +34,9 @@ def inspect(
         UnsupportedURLError, BucketNotFoundError, NoCredentialsError,
         PermissionDeniedError: the run directory cannot be read; the
         message says how to fix it.
+        RunDirNotFoundError: a local run directory that does not exist (a
+            typo: a session creates its run directory).
     """
-    return read_status(
-        Storage(run_dir, storage_options), dead_after_seconds=dead_after_seconds
-    )
+    storage = Storage(run_dir, storage_options)
+    storage.require_run_dir()  # as the CLI: one answer for a missing directory
+    return read_status(storage, dead_after_seconds=dead_after_seconds)

@@ -93,7 +93,7 @@ def test_stop_checkpoints_and_the_next_fit_continues(tmp_path):
     [stopped] = agent.events.recent(kind="run.stopped")
     assert stopped.level == "warning" and "Run the same code again" in stopped.message
     status = agent.status()
-    assert status.state == "DEAD" and status.holder_state == "stopped"
+    assert status.state == "STOPPED" and status.holder_state == "stopped"
     assert status.checkpoint_step == 5  # saved at the step it stopped
     resumed = agent_for(tmp_path / "run", save_every_steps=100)
     history = resumed.fit(
@@ -103,11 +103,14 @@ def test_stop_checkpoints_and_the_next_fit_continues(tmp_path):
     assert resumed.checkpoints is not None
     assert resumed.events.recent(kind="checkpoint.restored")[0].step == 5
     [said] = resumed.events.recent(kind="run.resumed_at")
-    assert said.message.startswith("resumed at step 5 (epoch 0) from the checkpoint")
+    assert said.message.startswith(
+        "resumed at step 5 (epoch 1, after 5 of its 16 steps) from the checkpoint"
+    )
     assert resumed.status().state == "COMPLETED"
 
 
 def test_a_resume_says_where_it_resumed_above_the_progress_bar(tmp_path, capsys):
+    """In the epoch numbers Keras prints right below it ("Epoch 2/2")."""
     agent = agent_for(tmp_path / "run", save_every_steps=100)
     agent.fit(
         build_model,
@@ -115,13 +118,17 @@ def test_a_resume_says_where_it_resumed_above_the_progress_bar(tmp_path, capsys)
         epochs=2,
         steps_per_epoch=16,
         verbose=0,
-        callbacks=[at_step(5, agent.stop)],
+        callbacks=[at_step(21, agent.stop)],
     )
     capsys.readouterr()
     resumed = agent_for(tmp_path / "run")
     resumed.fit(build_model, make_dataset, epochs=2, steps_per_epoch=16, verbose=2)
     printed = capsys.readouterr().out
-    assert printed.count("resumed at step 5 (epoch 0) from the checkpoint") == 1
+    said = "resumed at step 21 (epoch 2, after 5 of its 16 steps) from the checkpoint"
+    assert printed.count(said) == 1, printed
+    assert "Epoch 2/2" in printed.split(said, 1)[1] and "Epoch 1/2" not in printed
+    [restored] = resumed.events.recent(kind="checkpoint.restored")
+    assert "(saved in epoch 2)" in restored.message
 
 
 def test_one_slash_after_gs_is_refused_with_the_fix():
@@ -256,7 +263,7 @@ def test_close_and_with_end_a_session_the_lighter_path_left_beating(tmp_path):
     with agent_for(tmp_path / "run") as agent:
         agent.restore(build_model())  # takes the run; no fit follows
         assert agent.status().state == "ALIVE"
-    assert agent.status().state == "DEAD"  # stopped cleanly: taken at once
+    assert agent.status().state == "STOPPED"  # a clean end: taken at once
     again = agent_for(tmp_path / "run")
     again.restore(build_model())
     assert again.session is not None and again.session.lease == 2
@@ -340,3 +347,46 @@ def test_lighter_path_restore_and_callback(tmp_path):
     start = later.restore(build_model())
     assert (start.step, start.initial_epoch, start.skip) == (6, 0, 6)
     later.session.close()
+
+
+def test_where_the_run_stands_reaches_the_cell_without_a_panel(tmp_path, capsys):
+    """Completed, extended, cannot go back: info events, which logging at its
+    default level never prints, are printed under the cell."""
+    run = tmp_path / "run"
+
+    def fit(epochs: int) -> str:
+        capsys.readouterr()
+        agent_for(run).fit(
+            build_model, make_dataset, epochs=epochs, steps_per_epoch=16, verbose=0
+        )
+        return capsys.readouterr().out
+
+    assert "colab_resume: run completed" in fit(1)
+    extended = fit(2)
+    assert "colab_resume: the run had completed at step 16; continuing" in extended
+    assert "colab_resume: run completed" in extended
+    assert "it cannot go back: restored its final state (step 32)" in fit(1)
+
+
+def test_the_console_leaves_to_a_panel_or_the_users_logging_what_they_show(
+    capsys, caplog
+):
+    import io
+
+    from colab_resume.agent.console import ConsoleSink
+    from colab_resume.events import EventLog
+
+    out = io.StringIO()
+    events, sink = EventLog(), ConsoleSink(out)
+    events.subscribe(sink)
+    events.emit("checkpoint.committed", "committed step-4")  # detail: not said
+    events.emit("run.stopped", "stopped", level="warning")  # logging says it
+    events.emit("run.completed", "run completed")
+    assert out.getvalue() == "colab_resume: run completed\n"
+    sink.panel_shown = True
+    events.emit("run.completed", "again")
+    sink.panel_shown = False
+    with caplog.at_level("INFO", logger="colab_resume"):  # logging shows info
+        events.emit("run.completed", "once more")
+    assert out.getvalue() == "colab_resume: run completed\n"
+    assert "once more" in caplog.text

@@ -222,3 +222,12 @@ def test_progress_is_quiet_for_short_transfers_then_reports_rate_and_eta():
     clock.now = 5.0
     progress.advance(10)  # within every_seconds of the last event
     assert len(events.recent(kind="t")) == 1
+
+
+def test_a_resume_says_its_epoch_as_keras_prints_it():
+    from colab_resume.checkpoint.restore import keras_epoch
+
+    assert keras_epoch(0, 12) == " (the start of epoch 1)"
+    assert keras_epoch(24, 12) == " (the start of epoch 3)"  # Keras: "Epoch 3/10"
+    assert keras_epoch(30, 12) == " (epoch 3, after 6 of its 12 steps)"
+    assert keras_epoch(30, None) == ""  # unknown epoch length: no guess

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from support import Process, cli, run_cli, wait_for, worker
 
 from colab_resume import rundir
@@ -160,6 +161,31 @@ def test_ls_shows_leases_and_committed_and_uncommitted_checkpoints(
     assert listing["leases"][0]["heartbeat"]["state"] == "stopped"
 
 
+def test_a_cleanly_stopped_run_is_stopped_not_dead(tmp_path, capsys):
+    """stop(), SIGTERM and Ctrl-C close the session "stopped": status, ls and
+    watch say STOPPED (watch exits 5 and alerts: the run trains no more)."""
+    run_dir = str(tmp_path / "run")
+    session = RunSession.open(Storage(run_dir), SessionOptions(heartbeat_seconds=5))
+    session.update(state="training", step=7)
+    session.close("stopped")
+    assert main(["status", run_dir]) == 0
+    out = capsys.readouterr().out
+    assert "STOPPED" in out and "stopped cleanly" in out and "DEAD" not in out
+    assert main(["ls", run_dir]) == 0
+    assert "state     STOPPED: the holder stopped cleanly" in capsys.readouterr().out
+    assert main(["ls", run_dir, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "STOPPED"
+    facts = tmp_path / "facts.json"
+    dump = (
+        "import json, os, sys; open(sys.argv[1], 'w').write("
+        "os.environ['COLAB_RESUME_STATE'])"
+    )
+    on_dead = f'{sys.executable} -c "{dump}" {facts}'
+    assert main(["watch", run_dir, "--interval", "0.1", "--on-dead", on_dead]) == 5
+    assert "STOPPED" in capsys.readouterr().out
+    assert facts.read_text() == "STOPPED"
+
+
 def test_bad_url_is_a_one_line_error_naming_the_fix(capsys):
     assert main(["status", "foo://bucket/run"]) == 1
     err = capsys.readouterr().err
@@ -167,10 +193,18 @@ def test_bad_url_is_a_one_line_error_naming_the_fix(capsys):
 
 
 def test_a_local_run_dir_that_does_not_exist_is_named_not_new(tmp_path, capsys):
+    """The CLI and cr.inspect give one answer, in the same words."""
+    import colab_resume as cr
+    from colab_resume.errors import RunDirNotFoundError
+
     missing = tmp_path / "runs" / "typo"
     assert main(["status", str(missing)]) == 1
     err = capsys.readouterr().err
     assert f"no run directory at {missing}" in err and "gs://BUCKET" in err
+    with pytest.raises(RunDirNotFoundError) as raised:
+        cr.inspect(str(missing))
+    assert err.strip() == f"colab-resume: {raised.value}"
+    assert not missing.exists()  # asking created nothing
 
 
 def test_missing_bucket_names_the_create_command(emulator, capsys):

@@ -19,7 +19,7 @@ def never_poll_again(seconds: float) -> None:
     raise AssertionError("watch retried an error that waiting does not cure")
 
 
-def test_watch_alerts_and_exits_5_on_a_damaged_record(tmp_path):
+def test_watch_alerts_and_exits_6_on_a_damaged_record(tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / "lease").mkdir(parents=True)
     # A lease number no session makes: every read of the run refuses it.
@@ -37,7 +37,7 @@ def test_watch_alerts_and_exits_5_on_a_damaged_record(tmp_path):
         out=out,
         sleep=never_poll_again,
     )
-    assert code == 5
+    assert code == 6
     assert "UNREADABLE" in out.getvalue() and "claims lease 5000" in out.getvalue()
     env = json.loads(facts.read_text())
     assert env["COLAB_RESUME_STATE"] == "UNREADABLE"

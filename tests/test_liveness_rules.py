@@ -56,7 +56,8 @@ LEASE = LeaseRecord(
         (False, None, 10.0, "ALIVE"),
         (False, beat(), 10.0, "ALIVE"),
         (False, beat(), 121.0, "DEAD"),
-        (False, beat(state="stopped"), 1.0, "DEAD"),
+        (False, beat(state="stopped"), 1.0, "STOPPED"),
+        (False, beat(state="stopped"), 9999.0, "STOPPED"),  # silent since, of course
         (False, beat(state="failed", error="OOM"), 1.0, "FAILED"),
         (False, beat(since_progress_s=590.0), 20.0, "STALLED"),
         (False, beat(state="paused", since_progress_s=5000.0), 20.0, "ALIVE"),
@@ -184,3 +185,50 @@ def test_lease_identity_from_storage_is_untrusted(field, value, message):
     data = {**to_json(LEASE), **IDENTITY, field: value}
     with pytest.raises(CorruptRecordError, match=f"'{field}'.*{message}"):
         parse(LeaseRecord, data, "lease/00000001.json")
+
+
+def commit_checkpoint(storage: Storage, step: int, lease: int) -> None:
+    name = rundir.CheckpointName(step=step, lease=lease)
+    storage.write_bytes(f"{name.path}/ckpt.data", b"x")
+    storage.write_json(name.manifest_path, {"step": step})
+
+
+def test_a_commit_after_the_last_beat_is_the_step_reached_not_ahead_of_it():
+    """A beat carries the step of its moment; the holder's commit since then
+    proves it got further. status shows that step, and the beat's with it."""
+    from colab_resume.cli.watch import one_line
+
+    url = memory_run()
+    storage = Storage(url)
+    session = RunSession.open(storage, SessionOptions(heartbeat_seconds=60))
+    session.update(state="training", step=2138)
+    session.writer._beat()
+    commit_checkpoint(storage, 2200, lease=1)
+    status = cr.inspect(url)
+    assert (status.step, status.checkpoint_step, status.beat_step) == (2200, 2200, 2138)
+    line = one_line(status)
+    assert "step 2200  ckpt 2200  beat" in line and "ago at step 2138" in line
+    # Once a beat carries the step again, it is said once.
+    session.update(step=2205)
+    session.writer._beat()
+    status = cr.inspect(url)
+    assert (status.step, status.beat_step) == (2205, 2205)
+    assert "at step" not in one_line(status)
+    session.close()
+
+
+def test_an_earlier_sessions_newer_checkpoint_is_not_this_holders_step():
+    # The holder restored an older checkpoint (the newest was damaged):
+    # that newest one says nothing of where this holder is.
+    url = memory_run()
+    storage = Storage(url)
+    first = RunSession.open(storage, SessionOptions(heartbeat_seconds=60))
+    commit_checkpoint(storage, 2200, lease=1)
+    first.close()
+    session = RunSession.open(storage, SessionOptions(heartbeat_seconds=60))
+    assert session.lease == 2
+    session.update(state="training", step=2010)
+    session.writer._beat()
+    status = cr.inspect(url)
+    assert (status.step, status.checkpoint_step) == (2010, 2200)
+    session.close()

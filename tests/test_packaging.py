@@ -100,7 +100,7 @@ def test_the_wheel_installs_without_frameworks_and_its_cli_runs(tmp_path):
 
     cli = venv / "bin" / "colab-resume"
     assert "usage: colab-resume" in run(cli, "--help", cwd=tmp_path)
-    assert "DEAD" in run(cli, "status", run_dir, cwd=tmp_path)
+    assert "STOPPED" in run(cli, "status", run_dir, cwd=tmp_path)
     assert "stopped at step 7" in run(cli, "ls", run_dir, cwd=tmp_path)
     probe = (
         "import sys\n"
@@ -111,4 +111,4 @@ def test_the_wheel_installs_without_frameworks_and_its_cli_runs(tmp_path):
         "loaded = {'tensorflow', 'jax', 'keras'} & set(sys.modules)\n"
         "assert not loaded, loaded\n"
     )
-    assert '"state": "DEAD"' in run(python, "-c", probe, cwd=tmp_path)
+    assert '"state": "STOPPED"' in run(python, "-c", probe, cwd=tmp_path)

@@ -235,15 +235,20 @@ def test_monitor_reads_the_run_directory(tmp_path):
     assert monitor.confirm.layout.display == "flex"
     monitor.confirm_button.click()
     assert monitor.took_over == 2
-    assert cr.inspect(agent.run_dir).state == "DEAD"  # released: takeable at once
+    # Released as a clean stop: takeable at once, and shown as such.
+    assert cr.inspect(agent.run_dir).state == "STOPPED"
     assert not session.writer.verify_lease(agent.storage)  # the holder is fenced
     session.close("stopped")
+    monitor.refresh()
+    assert "stopped" in monitor.badge.value and "STOPPED" in monitor.detail.value
+    assert monitor.takeover_button.disabled
+    assert "stopped cleanly" in monitor.takeover_button.tooltip
 
 
 def test_take_over_is_offered_only_while_someone_holds_the_run():
     live = view(PanelFacts(state="training", now=0, read_only=True))
     assert live.takeover_enabled and "fence the holder" in live.takeover_tooltip
-    for state in ("completed", "dead", "new", "failed"):
+    for state in ("completed", "dead", "stopped", "new", "failed"):
         ended = view(PanelFacts(state=state, now=0, read_only=True))
         assert not ended.takeover_enabled, state
         assert "take" in ended.takeover_tooltip, state

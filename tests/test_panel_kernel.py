@@ -45,6 +45,7 @@ panel = agent.panel()
 display(panel)
 print("VERSIONS", ipywidgets.__version__, ipykernel.__version__)
 print("PUMP", panel.pump is not None)
+print("CONSOLE QUIET", agent.console.panel_shown)  # the panel lists the events
 """
 
 LOOP = """
@@ -133,7 +134,7 @@ def test_stop_click_acts_while_the_cell_runs(kernel):
     setup = kernel.execute(SETUP)
     out = _collect(kernel, _idle(setup), 90)
     text = _stdout(out)
-    assert "PUMP True" in text, text
+    assert "PUMP True" in text and "CONSOLE QUIET True" in text, text
     stop = _button_comm(out, "Stop")
 
     loop = kernel.execute(LOOP)

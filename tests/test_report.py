@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -209,6 +210,7 @@ def test_a_session_killed_after_its_first_commit_is_drawn(tmp_path):
     import colab_resume as cr
 
     run_dir = str(tmp_path / "run")
+    os.mkdir(run_dir)  # inspected before the worker's session creates it
     first = worker(
         "agent_worker",
         run_dir,
@@ -280,6 +282,75 @@ def test_a_session_killed_after_its_first_commit_is_drawn(tmp_path):
 
 
 @pytest.mark.tf
+def test_a_session_killed_after_commits_its_beat_never_showed_ends_at_them(
+    tmp_path,
+):
+    """A real worker whose only beat is its first (they are an hour apart)
+    commits checkpoints and is SIGKILLed before any history chunk; the
+    successor restores its newest commit, then retention (keep=1) deletes
+    it. The report still ends the dead session at that commit, known from
+    the successor's restore, not at its last beat (which named no step)."""
+    from support import toy, wait_for, worker
+
+    import colab_resume as cr
+    from colab_resume.listing import RunListing
+
+    run_dir = str(tmp_path / "run")
+    os.mkdir(run_dir)  # inspected before the worker's session creates it
+    first = worker(
+        "agent_worker",
+        run_dir,
+        str(tmp_path / "a.npz"),
+        *("--epochs", "3", "--steps-per-epoch", "12", "--save-every-steps", "6"),
+        *("--replicas", "1", "--heartbeat-seconds", "3600", "--step-sleep", "0.1"),
+        *("--tick-seconds", "3600"),
+    )
+    with first:
+        wait_for(
+            lambda: (cr.inspect(run_dir).checkpoint_step or 0) >= 12,
+            120,
+            "a second commit",
+            unless=first.exited_early,
+        )
+        first.kill()
+    saved = RunListing.read(Storage(run_dir)).committed_step
+    assert saved is not None and 12 <= saved < 36
+    beat = _beat(run_dir, 1)
+    assert beat["state"] == "starting" and beat["step"] is None  # no later beat
+    assert not os.path.isdir(os.path.join(run_dir, "history"))
+
+    import keras
+
+    keras.utils.set_random_seed(7)  # the worker's training, run again here
+    x, y = toy.regression(512)
+    with cr.Agent(
+        run_dir,
+        save_every_steps=6,
+        save_every_seconds=None,
+        keep=1,
+        heartbeat_seconds=0.2,
+        prefer="cpu",
+    ) as agent:
+        agent.fit(
+            toy.model,
+            lambda epoch, skip=0: toy.epoch_batches(x, y, 16, epoch).skip(skip),
+            epochs=3,
+            steps_per_epoch=12,
+            verbose=0,
+        )
+    listing = RunListing.read(Storage(run_dir))
+    assert [d.name.lease for d in listing.committed] == [2]  # the first's pruned
+
+    report = read_report(Storage(run_dir))
+    died, resumed = report.sessions
+    assert (died.end, died.first_step, died.last_step) == ("died", 0, saved)
+    assert died.commits[-1] == saved and died.redone is None  # nothing after it
+    assert (resumed.first_step, resumed.last_step) == (saved, 36)
+    assert died.describe() == f"session 1: died at step {saved}"
+    assert report.deaths == [died] and report.redone_steps == 0
+
+
+@pytest.mark.tf
 def test_stop_and_ctrl_c_are_clean_ends_not_deaths(tmp_path):
     """stop() and Ctrl-C (KeyboardInterrupt in the training thread, as SIGINT
     raises it) end their sessions cleanly; the report says so."""
@@ -327,7 +398,6 @@ def test_a_session_taken_over_from_the_monitor_is_not_a_death(tmp_path):
     storage = Storage(str(tmp_path / "run"))
     holder = RunSession.open(storage, SessionOptions(heartbeat_seconds=0.2))
     holder.update(state="training", step=20)
-    import time
 
     time.sleep(0.5)  # a beat carries the step
     MonitorPanel(storage.url).take_over()
@@ -337,6 +407,35 @@ def test_a_session_taken_over_from_the_monitor_is_not_a_death(tmp_path):
     assert (first.end, first.first_step, first.last_step) == ("taken over", 0, 20)
     assert (takeover.end, takeover.trained) == ("stopped", False)
     assert report.deaths == []
+
+
+def test_a_death_is_drawn_at_its_last_commit_when_that_came_after_its_last_beat(
+    tmp_path,
+):
+    """Beats and commits do not wait for each other: a session that beat at
+    step 31, committed step 60 half a minute later and died is drawn dying
+    at step 60, when that commit landed (both times the server's)."""
+    from colab_resume import rundir
+    from colab_resume.heartbeat import RunSession, SessionOptions
+
+    storage = Storage(str(tmp_path / "run"))
+    dying = RunSession.open(storage, SessionOptions(heartbeat_seconds=60))
+    dying.update(state="training", step=31)
+    dying.writer._beat()
+    name = rundir.CheckpointName(step=60, lease=1)
+    storage.write_bytes(f"{name.path}/ckpt.data", b"x")
+    storage.write_json(name.manifest_path, {"step": 60})
+    dying.writer.stop()  # no last word, as SIGKILL leaves none
+    hour_ago = time.time() - 3600
+    stamps = {rundir.lease_path(1): hour_ago, rundir.heartbeat_path(1): hour_ago}
+    stamps[name.manifest_path] = hour_ago + 30
+    for path, stamp in stamps.items():
+        os.utime(os.path.join(storage.root, path), (stamp, stamp))
+    RunSession.open(storage, SessionOptions(heartbeat_seconds=60)).close()
+
+    died = read_report(storage).sessions[0]
+    assert (died.end, died.last_step) == ("died", 60)
+    assert died.ended_at == pytest.approx(hour_ago + 30, abs=1.0)
 
 
 def test_a_lease_no_session_makes_leaves_the_history_drawn(tmp_path):

@@ -94,8 +94,8 @@ def test_ls_lists_the_whole_run_directory_once(monkeypatch, run_dir):
 
 
 def test_watch_lists_once_per_poll(monkeypatch, run_dir):
-    # The holder stopped cleanly: DEAD at the first poll, exit code 3.
-    listed = listings(monkeypatch, run_dir, "watch", "--interval", "1", rc=3)
+    # The holder stopped cleanly: STOPPED at the first poll, exit code 5.
+    listed = listings(monkeypatch, run_dir, "watch", "--interval", "1", rc=5)
     assert listed == {rundir.LEASE_DIR + "/": 1, rundir.CHECKPOINT_DIR: 1}
 
 

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import Any
 
 from colab_resume.agent.callback import ModelState, StartPoint, make_callback
+from colab_resume.agent.console import ConsoleSink
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.custom_loop import CustomLoop
 from colab_resume.agent.keras_fit import KerasFit
@@ -59,6 +60,9 @@ class Agent:
         self.options = agent_options(**options)
         self.run_dir = run_dir
         self.events = EventLog()
+        # Where the run stands, in the cell, until a panel shows it instead.
+        self.console = ConsoleSink()
+        self.events.subscribe(self.console)
         self.storage = Storage(
             run_dir,
             self.options.storage_options,

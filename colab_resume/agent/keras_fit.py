@@ -178,7 +178,7 @@ class KerasFit:
         self.history = _new_history(saved.get("epoch"), saved.get("history"))
         self.fingerprints.restored(info.extras, info.step)
         self.last_logs = dict(info.metrics or {})
-        self.resumed_from = info.describe()
+        self.resumed_from = info.describe(self.steps_per_epoch)
         self.callback_states = info.extras.get("callbacks")
         self.metric_state = info.extras.get("metric_state")
         return info.step

@@ -193,7 +193,8 @@ class RunLoop:
             try:
                 info, start = self.restore_into(driver, manager, strategy)
                 if info is not None:
-                    self.events.emit("run.resumed_at", info.describe(), step=start)
+                    said = info.describe(driver.steps_per_epoch)
+                    self.events.emit("run.resumed_at", said, step=start)
                     self.announce_runtime(info)
                 self.duties = self.make_duties(driver, session, manager, start)
                 session.update(state="training", step=start)

@@ -457,7 +457,8 @@ class CheckpointManager:
             self.last_committed = info.name
             self._events.emit(
                 "checkpoint.restored",
-                f"restored {info.name.dirname} (epoch {info.epoch})",
+                # Keras's number of the epoch it was saved in, as printed.
+                f"restored {info.name.dirname} (saved in epoch {info.epoch + 1})",
                 step=info.step,
                 checkpoint=info.name.dirname,
                 skipped=[name for name, _ in info.skipped],

@@ -52,7 +52,8 @@ class RestoredInfo:
     Attributes:
         name: the checkpoint restored.
         step: training step to continue from.
-        epoch: epoch of that step.
+        epoch: index (0-based) of the epoch the save was taken in; at an
+            epoch's end, that epoch's.
         lease: lease of the session that wrote it.
         wall_time: when it was saved (writer's clock).
         metrics: metrics recorded at the save.
@@ -77,8 +78,16 @@ class RestoredInfo:
     skipped_groups: tuple[str, ...] = ()
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
-    def describe(self, now: float | None = None) -> str:
-        """One line for the user: where training resumes, from what."""
+    def describe(
+        self, steps_per_epoch: int | None = None, *, now: float | None = None
+    ) -> str:
+        """One line for the user: where training resumes, from what.
+
+        Args:
+            steps_per_epoch: batches per epoch, to say in which epoch the
+                training goes on, numbered as Keras prints it ("Epoch 3/10").
+            now: the wall clock, for the checkpoint's age.
+        """
         age = max(0.0, (time.time() if now is None else now) - self.wall_time)
         if age < 120:
             ago = f"{age:.0f} s"
@@ -87,9 +96,24 @@ class RestoredInfo:
         else:
             ago = f"{age / 3600:.1f} h"
         return (
-            f"resumed at step {self.step} (epoch {self.epoch}) from the checkpoint "
-            f"session {self.lease} committed {ago} ago"
+            f"resumed at step {self.step}{keras_epoch(self.step, steps_per_epoch)} "
+            f"from the checkpoint session {self.lease} committed {ago} ago"
         )
+
+
+def keras_epoch(step: int, steps_per_epoch: int | None) -> str:
+    """Where training goes on after ``step``, in Keras's epoch numbers.
+
+    Keras counts epochs from 1 where it prints them ("Epoch 3/10") and from
+    0 everywhere else (``initial_epoch``, callbacks); a user reads the
+    former, so that is the one said. Empty when the epoch length is unknown.
+    """
+    if not steps_per_epoch:
+        return ""
+    index, done = divmod(step, steps_per_epoch)
+    if done == 0:
+        return f" (the start of epoch {index + 1})"
+    return f" (epoch {index + 1}, after {done} of its {steps_per_epoch} steps)"
 
 
 # Variables are what TrainingState.nbytes counts; opaque state (iterators,

@@ -40,15 +40,7 @@ def _open(args: argparse.Namespace) -> Storage:  # imported lazily for speed
     from colab_resume.storage import Storage
 
     storage = Storage(args.run_dir, _storage_options(args))
-    if storage.protocol == "file" and not os.path.isdir(storage.root):
-        from colab_resume.errors import RunDirNotFoundError
-
-        # A typo, not a run nobody started: a local run directory exists
-        # from its first session on.
-        raise RunDirNotFoundError(
-            f"no run directory at {storage.root} (a local path). Check the "
-            f"path; for Cloud Storage write gs://BUCKET/runs/NAME."
-        )
+    storage.require_run_dir()
     return storage
 
 
@@ -147,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--project", help="GCP project")
         return cmd
 
-    status = with_run_dir("status", "Is the run alive, stalled, dead or finished?")
+    status = with_run_dir(
+        "status", "Is the run alive, stalled, dead, stopped or finished?"
+    )
     status.add_argument("--json", action="store_true", help="print RunStatus as JSON")
     status.add_argument(
         "--dead-after-seconds",
@@ -160,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     watch = with_run_dir(
         "watch",
-        "Follow a run; exit 0 COMPLETED, 3 DEAD, 4 FAILED, 5 UNREADABLE.",
+        "Follow a run; exit 0 COMPLETED, 3 DEAD, 4 FAILED, 5 STOPPED, 6 UNREADABLE.",
     )
     watch.add_argument(
         "--interval", type=float, default=5.0, help="seconds between polls"
@@ -176,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--on-dead",
         metavar="CMD",
         help="command run (without a shell) when the run is DEAD, FAILED or "
-        "UNREADABLE; it gets COLAB_RESUME_STATE, COLAB_RESUME_STEP, ... in its "
+        "STOPPED or UNREADABLE; it gets COLAB_RESUME_STATE, COLAB_RESUME_STEP, ... "
+        "in its "
         "environment",
     )
     watch.set_defaults(func=cmd_watch)

@@ -9,6 +9,7 @@ from typing import Any
 from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError, UnsafePathError
 from colab_resume.heartbeat.lease import read_lease
+from colab_resume.heartbeat.liveness import read_status
 from colab_resume.heartbeat.records import BeatRecord, RunRecord, parse
 from colab_resume.listing import RunListing
 from colab_resume.storage import Storage
@@ -17,12 +18,20 @@ from colab_resume.storage import Storage
 def collect(storage: Storage) -> dict[str, Any]:
     """Everything in the run directory, as JSON-able data.
 
-    One listing of the whole run directory serves every part shown.
+    One listing of the whole run directory serves every part shown, the
+    verdict (``status``'s) included.
     """
     storage.check()
     objects = storage.list()
     listing = RunListing.from_objects(storage.url, objects)
-    out: dict[str, Any] = {"run_dir": storage.url, "run": None, "leases": []}
+    verdict = read_status(storage, listing=listing)
+    out: dict[str, Any] = {
+        "run_dir": storage.url,
+        "state": verdict.state,
+        "detail": verdict.detail,
+        "run": None,
+        "leases": [],
+    }
     try:
         where = f"{storage.url}/{rundir.RUN_RECORD}"
         run = parse(RunRecord, storage.read_json(rundir.RUN_RECORD), where)
@@ -99,7 +108,10 @@ def _directory_in_place(storage: Storage, rel: str) -> str | None:
 
 def render(listing: dict[str, Any]) -> str:
     """Human-readable text of :func:`collect`'s result."""
-    lines = [f"run dir   {listing['run_dir']}"]
+    lines = [
+        f"run dir   {listing['run_dir']}",
+        f"state     {listing['state']}: {listing['detail']}",
+    ]
     run = listing["run"]
     if run is None:
         lines.append("run.json  absent (no session has taken this run)")

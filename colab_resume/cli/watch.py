@@ -1,12 +1,14 @@
 """``colab-resume watch``: a live one-line view that exits when the run ends.
 
-Exit codes: 0 COMPLETED, 3 DEAD, 4 FAILED, 5 UNREADABLE (a storage error
-that waiting does not cure: a damaged record, permission denied). ``--on-dead
-CMD`` runs an alert command when the run is DEAD, FAILED or UNREADABLE: a
-watcher that cannot see the run cannot tell a dead one from a live one, and
-retrying such an error for ever would keep a dead run from alerting. The
-command is split like a shell would (``shlex``) but never run through a
-shell, and the run's facts reach it only as environment variables
+Exit codes: 0 COMPLETED, 3 DEAD, 4 FAILED, 5 STOPPED, 6 UNREADABLE (a
+storage error that waiting does not cure: a damaged record, permission
+denied). ``--on-dead CMD`` runs an alert command when the run is DEAD,
+FAILED, STOPPED or UNREADABLE: it trains no more (a SIGTERM that stopped it
+may be a preemption), or a watcher that cannot see the run cannot tell a
+dead one from a live one, and retrying such an error for ever would keep a
+dead run from alerting; ``COLAB_RESUME_STATE`` tells them apart. The command
+is split like a shell would (``shlex``) but never run through a shell, and
+the run's facts reach it only as environment variables
 (``COLAB_RESUME_STATE``, ``COLAB_RESUME_STEP``...), so nothing read from the
 run directory can inject shell syntax.
 """
@@ -32,9 +34,10 @@ EXIT_CODES = {
     liveness.COMPLETED: 0,
     liveness.DEAD: 3,
     liveness.FAILED: 4,
-    UNREADABLE: 5,
+    liveness.STOPPED: 5,
+    UNREADABLE: 6,
 }
-ALERT_STATES = (liveness.DEAD, liveness.FAILED, UNREADABLE)
+ALERT_STATES = (*liveness.FREE, UNREADABLE)
 # One environment value; Linux refuses a single one over 128 KiB
 # ("argument list too long"), and a heartbeat may carry any text.
 MAX_ENV_VALUE_CHARS = 4_096
@@ -53,10 +56,14 @@ def one_line(status: RunStatus) -> str:
         return "-" if value is None else str(value)
 
     age = "-" if status.heartbeat_age_s is None else f"{status.heartbeat_age_s:.0f}s"
+    # The step is the furthest known; the beat's own, when behind it (a
+    # checkpoint committed since), is said with the beat, never hidden.
+    behind = status.beat_step is not None and status.beat_step != status.step
+    at = f" at step {status.beat_step}" if behind else ""
     return printable(
         f"{status.state:<9} step {show(status.step)}"
         f"  ckpt {show(status.checkpoint_step)}"
-        f"  beat {age} ago  lease {status.lease}  {status.detail}"
+        f"  beat {age} ago{at}  lease {status.lease}  {status.detail}"
     )
 
 
@@ -100,7 +107,8 @@ def watch(
     out: IO[str] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Poll the run until it is COMPLETED, DEAD or FAILED; returns the exit code."""
+    """Poll the run until it is COMPLETED, DEAD, FAILED or STOPPED; returns the
+    exit code (:data:`EXIT_CODES`)."""
     # Looked up now, not at import: a redirected stdout may have closed since.
     out = out if out is not None else sys.stdout
     live = out.isatty()

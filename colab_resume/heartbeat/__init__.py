@@ -8,6 +8,7 @@ from colab_resume.heartbeat.liveness import (
     NEW,
     STALLED,
     STATES,
+    STOPPED,
     RunStatus,
     read_status,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "NEW",
     "STALLED",
     "STATES",
+    "STOPPED",
     "RunSession",
     "RunStatus",
     "SessionOptions",

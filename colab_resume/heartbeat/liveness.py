@@ -32,9 +32,12 @@ NEW = "NEW"
 ALIVE = "ALIVE"
 STALLED = "STALLED"
 DEAD = "DEAD"
+STOPPED = "STOPPED"
 COMPLETED = "COMPLETED"
 FAILED = "FAILED"
-STATES = (NEW, ALIVE, STALLED, DEAD, COMPLETED, FAILED)
+STATES = (NEW, ALIVE, STALLED, DEAD, STOPPED, COMPLETED, FAILED)
+# Nobody holds the run: the next session takes it at once, without waiting.
+FREE = (DEAD, STOPPED, FAILED)
 
 # Defaults when the holder's lease is unreadable (damage): its own promise
 # is unknown. Deliberately the old default's 4 beats of 30 s, longer than
@@ -52,9 +55,12 @@ class RunStatus:
     """What anyone can learn about a run from its run directory.
 
     Attributes:
-        state: NEW, ALIVE, STALLED, DEAD, COMPLETED or FAILED.
-        step: the holder's last reported training step.
-        checkpoint_step: the newest committed checkpoint's step.
+        state: NEW, ALIVE, STALLED, DEAD, STOPPED, COMPLETED or FAILED.
+        step: the furthest step the holder is known to have trained: its
+            last beat's step, or the step of a checkpoint it committed
+            since that beat (beats and commits do not wait for each other).
+        checkpoint_step: the newest committed checkpoint's step (whoever
+            committed it; restore takes it).
         heartbeat_age_s: seconds since the holder's last sign of life, by
             the storage server's clock.
         lease: the highest lease number (0: never taken).
@@ -65,6 +71,8 @@ class RunStatus:
         detail: one line explaining the verdict.
         dead_after_s: the silence after which the holder counts as dead.
         run_dir: where the run lives.
+        beat_step: the step the holder's last beat reported, which ``step``
+            exceeds when the holder committed a checkpoint after it.
     """
 
     state: str
@@ -79,6 +87,7 @@ class RunStatus:
     detail: str = ""
     dead_after_s: float | None = None
     run_dir: str = ""
+    beat_step: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -116,7 +125,12 @@ def judge(
             f"the holder stopped on an error: {redact(beat.error or 'unknown')}",
         )
     if beat is not None and beat.state in ("stopped", "completed"):
-        return DEAD, "the holder stopped cleanly; the run can be taken at once"
+        # A clean end (stop(), SIGTERM, Ctrl-C) is no death: the holder
+        # said it was leaving, after its final checkpoint.
+        return STOPPED, (
+            "the holder stopped cleanly (stop(), SIGTERM or Ctrl-C); run the "
+            "same code again to continue, the run can be taken at once"
+        )
     if gone is not None:
         return DEAD, f"{gone}; the run can be taken at once"
     if age > dead_after:
@@ -252,9 +266,10 @@ def read_status(
     )
     if problems:
         detail += "; " + "; ".join(problems)
+    beat_step = beat.step if beat else None
     return RunStatus(
         state=state,
-        step=beat.step if beat else None,
+        step=trained_step(beat_step, holder.lease, listing),
         checkpoint_step=listing.committed_step,
         heartbeat_age_s=None if age is None else round(age, 1),
         lease=holder.lease,
@@ -265,4 +280,19 @@ def read_status(
         detail=detail,
         dead_after_s=dead_after,
         run_dir=storage.url,
+        beat_step=beat_step,
     )
+
+
+def trained_step(beat_step: int | None, lease: int, listing: RunListing) -> int | None:
+    """The furthest step lease ``lease`` is known to have trained.
+
+    A beat carries the step of its moment, up to one interval old; a
+    checkpoint committed since proves its writer got to its step. Only the
+    holder's own commits count: a newer checkpoint of an earlier session
+    (one this holder could not restore, being damaged) says nothing of
+    where this holder is.
+    """
+    own = [d.name.step for d in listing.committed if d.name.lease == lease]
+    known = [s for s in (beat_step, max(own, default=None)) if s is not None]
+    return max(known) if known else None

@@ -383,7 +383,7 @@ def _wait_for_verdict(
             stall_after=stall_after,
             gone=gone,
         )
-        if state in (liveness.DEAD, liveness.FAILED):
+        if state in liveness.FREE:
             events.emit(
                 "lease.previous_dead",
                 f"{who} is {state}: {detail}; taking over",

@@ -36,6 +36,7 @@ class AgentPanel(PanelBox):
         # Outside a kernel nothing displays it: stay inert, cost nothing.
         if self.pump is not None:
             agent.on_progress(self.refresh)
+            agent.console.panel_shown = True  # its event lines say it all
         self.refresh()
 
     def refresh(self) -> None:

@@ -185,6 +185,8 @@ NOTHING_TO_TAKE_OVER = {
     ),
     "new": "nobody has taken this run yet: your fit takes it at once",
     "dead": "no live session holds the run: your fit takes it at once",
+    "stopped": "its session stopped cleanly and holds nothing: your fit takes it "
+    "at once",
     "failed": "its session failed and holds nothing: your fit takes it at once",
 }
 

@@ -31,6 +31,7 @@ STATE_BADGES = {
     "NEW": "new",
     "STALLED": "stalled",
     "DEAD": "dead",
+    "STOPPED": "stopped",
     "COMPLETED": "completed",
     "FAILED": "failed",
 }

@@ -17,11 +17,17 @@ themselves come from what every session commits anyway:
   lease (older ones are pruned: the history's ``checkpoint.committed``
   events remember those);
 * the history's events — where each session resumed (``run.resumed_at``)
-  and whether its successor judged it dead or took it over.
+  and whether its successor judged it dead or took it over. A restore
+  (``checkpoint.restored``) names the checkpoint it read, and so the lease
+  that committed it: a commit pruned since, by a session killed before its
+  history said so, is still known.
 
 A session's furthest step is the largest its beat, its samples and its
-commits show; the steps its successor redid run from where that successor
-restored to there.
+commits show (beats and commits do not wait for each other: a session
+killed after a commit may have beaten last at an earlier step); the steps
+its successor redid run from where that successor restored to there. Its
+end is its last sign of life: its last beat, or a later commit still
+listed.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from colab_resume.heartbeat.liveness import (
 )
 from colab_resume.heartbeat.records import BeatRecord, LeaseRecord, parse
 from colab_resume.listing import RunListing
-from colab_resume.report.history import HistoryReader, RunHistory
+from colab_resume.report.history import HistoryReader, RecordedEvent, RunHistory
+from colab_resume.rundir import CheckpointName
 from colab_resume.storage import ObjectInfo, Storage
 
 # How a session ended.
@@ -147,6 +154,7 @@ class _Records:
     beat: BeatRecord | None = None
     beat_at: float | None = None  # heartbeat object's time (server clock)
     commits: set[int] = dataclasses.field(default_factory=set)
+    committed_at: float | None = None  # its newest listed manifest's time (server)
 
 
 def read_report(storage: Storage, reader: HistoryReader | None = None) -> RunReport:
@@ -177,7 +185,11 @@ def read_report(storage: Storage, reader: HistoryReader | None = None) -> RunRep
             problems += trouble
     for entry in listing.committed:
         if entry.name.lease in leases:
-            leases[entry.name.lease].commits.add(entry.name.step)
+            found = leases[entry.name.lease]
+            found.commits.add(entry.name.step)
+            manifest = entry.objects.get(rundir.MANIFEST)
+            if manifest is not None:
+                found.committed_at = max(found.committed_at or 0.0, manifest.updated)
     # A lease the history knows but the listing lacks (its record lost) is
     # still a session.
     for number in {p.lease for p in history.points} | set(history.sessions):
@@ -187,6 +199,9 @@ def read_report(storage: Storage, reader: HistoryReader | None = None) -> RunRep
             leases.setdefault(event.lease, _Records(event.lease)).commits.add(
                 event.step
             )
+        read = _restored_from(event)
+        if read is not None:
+            leases.setdefault(read.lease, _Records(read.lease)).commits.add(read.step)
     holder = read_status(storage, listing=listing) if listing.leases else None
     sessions = _sessions(leases, history, holder.state if holder else None)
     commits = {step for found in leases.values() for step in found.commits}
@@ -288,9 +303,21 @@ def _last_step(found: _Records, history: RunHistory) -> int | None:
     return max(steps) if steps else None
 
 
+def _restored_from(event: RecordedEvent) -> CheckpointName | None:
+    """The checkpoint a ``checkpoint.restored`` event read (its message names it)."""
+    if event.kind != "checkpoint.restored":
+        return None
+    for word in event.message.split():
+        name = CheckpointName.parse(word)
+        if name is not None:
+            return name
+    return None
+
+
 def _ended_at(found: _Records, history: RunHistory) -> float | None:
-    if found.beat_at is not None:
-        return found.beat_at
+    signs = [t for t in (found.beat_at, found.committed_at) if t is not None]
+    if signs:  # the server's clock
+        return max(signs)
     times = [p.time for p in history.points if p.lease == found.lease]
     times += [e.time for e in history.events if e.lease == found.lease]
     return max(times) if times else found.taken_at

@@ -33,6 +33,7 @@ from colab_resume.errors import (
     BucketNotFoundError,
     CorruptRecordError,
     PermissionDeniedError,
+    RunDirNotFoundError,
     TooManyObjectsError,
     UnsafePathError,
     UnsupportedURLError,
@@ -355,6 +356,22 @@ class Storage:
         """
         if self.is_gcs:
             self._bucket_headers()
+
+    def require_run_dir(self) -> None:
+        """For readers (``cr.inspect``, the CLI): a local run directory must exist.
+
+        A session creates its local run directory on its first write, so a
+        reader pointed at a missing one has a typo, not a run nobody started
+        yet. (A GCS prefix exists only once written: there, missing is NEW.)
+
+        Raises:
+            RunDirNotFoundError: a local run directory that does not exist.
+        """
+        if self.protocol == "file" and not os.path.isdir(self.root):
+            raise RunDirNotFoundError(
+                f"no run directory at {self.root} (a local path). Check the "
+                f"path; for Cloud Storage write gs://BUCKET/runs/NAME."
+            )
 
     def _bucket_headers(self) -> dict[str, str]:
         try:
