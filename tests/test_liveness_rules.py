@@ -232,3 +232,33 @@ def test_an_earlier_sessions_newer_checkpoint_is_not_this_holders_step():
     status = cr.inspect(url)
     assert (status.step, status.checkpoint_step) == (2010, 2200)
     session.close()
+
+
+class _Judged(Exception):
+    """Stops a taking session at its first countdown: the threshold is known."""
+
+
+def test_a_damaged_lease_is_judged_by_one_threshold_by_readers_and_takers(tmp_path):
+    """``status`` judged an unreadable lease dead after 120 s, a session
+    waiting to take the run after its own 4 beats (40 s by default): the same
+    record, two verdicts. One function (``liveness.thresholds``) decides."""
+    storage = Storage(str(tmp_path / "run"))
+    RunSession.open(storage, SessionOptions(heartbeat_seconds=5)).close("failed")
+    storage.write_bytes(rundir.lease_path(1), b"{not json")  # unreadable, fresh
+    storage.delete(rundir.heartbeat_path(1))
+
+    status = cr.inspect(str(tmp_path / "run"))
+    assert status.state == liveness.ALIVE  # fresh, judged by the 120 s default
+    waits: list[float] = []
+
+    def countdown(left: float, who: str) -> None:
+        waits.append(left)
+        raise _Judged
+
+    with pytest.raises(_Judged):
+        RunSession.open(
+            storage, SessionOptions(heartbeat_seconds=0.2), on_countdown=countdown
+        )
+    dead_after, _ = liveness.thresholds(None)
+    assert dead_after == liveness.DEFAULT_DEAD_AFTER_S
+    assert waits[0] > dead_after - 30  # not 4 x 0.2 s, the taker's own beats

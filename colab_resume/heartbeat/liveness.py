@@ -220,6 +220,27 @@ def read_holder(
     )
 
 
+def thresholds(
+    record: LeaseRecord | None,
+    *,
+    dead_after: float | None = None,
+    stall_after: float | None = None,
+) -> tuple[float, float]:
+    """The dead-after and stall-after seconds a holder is judged by.
+
+    The one rule for every reader (``status``, ``watch``, the panels) and
+    every session waiting to take the run, so they reach the same verdict
+    on the same record: the caller's own override, else what the holder's
+    lease promised, else — an unreadable lease — :data:`DEFAULT_DEAD_AFTER_S`
+    and :data:`DEFAULT_STALL_AFTER_S`.
+    """
+    return (
+        dead_after or (record.dead_after_seconds if record else DEFAULT_DEAD_AFTER_S),
+        stall_after
+        or (record.stall_after_seconds if record else DEFAULT_STALL_AFTER_S),
+    )
+
+
 def read_status(
     storage: Storage,
     *,
@@ -249,11 +270,8 @@ def read_status(
     age, problem = sign_age(holder, storage.server_time())
     problems += [problem] if problem else []
     record, beat = holder.lease_record, holder.beat
-    dead_after = dead_after_seconds or (
-        record.dead_after_seconds if record else DEFAULT_DEAD_AFTER_S
-    )
-    stall_after = stall_after_seconds or (
-        record.stall_after_seconds if record else DEFAULT_STALL_AFTER_S
+    dead_after, stall_after = thresholds(
+        record, dead_after=dead_after_seconds, stall_after=stall_after_seconds
     )
     state, detail = judge(
         done=done,

@@ -357,15 +357,14 @@ def _wait_for_verdict(
     dead at once, even one that was still running when the wait began.
     """
     record = holder.lease_record
-    dead_after = options.dead_after_seconds or (
-        record.dead_after_seconds if record else options.dead_after
+    dead_after, stall_after = liveness.thresholds(
+        record, dead_after=options.dead_after_seconds
     )
     who = (
         f"session {record.session_id} on {record.host} (lease {holder.lease})"
         if record
         else f"lease {holder.lease}"
     )
-    stall_after = record.stall_after_seconds if record else options.stall_after_seconds
     poll = min(2.0, max(0.1, dead_after / 20))
     report_every = min(REPORT_EVERY_SECONDS, dead_after / 4)
     first_sign = holder.last_sign
