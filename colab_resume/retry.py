@@ -21,6 +21,7 @@ from typing import TypeVar
 
 import tenacity
 
+from colab_resume import defaults
 from colab_resume.validate import check_int, check_seconds
 
 T = TypeVar("T")
@@ -38,7 +39,7 @@ class RetryPolicy:
         max_attempts: give up after this many attempts (None: no cap).
     """
 
-    total_seconds: float = 120.0
+    total_seconds: float = defaults.STORAGE_RETRY_SECONDS
     initial_seconds: float = 0.5
     max_seconds: float = 10.0
     max_attempts: int | None = None

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 from typing import Any
 
+from colab_resume import defaults
 from colab_resume.checkpoint.triggers import DEFAULT_LIFETIME_SECONDS
 from colab_resume.heartbeat.session import (
     BEATS_BEFORE_DEAD,
@@ -57,12 +58,12 @@ class AgentOptions:
     """
 
     save_every_steps: int | None = None
-    save_every_seconds: float | None = 600.0
-    keep: int = 3
+    save_every_seconds: float | None = defaults.SAVE_EVERY_SECONDS
+    keep: int = defaults.KEEP
     keep_every_steps: int | None = None
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
     dead_after_seconds: float | None = None
-    stall_after_seconds: float = 600.0
+    stall_after_seconds: float = defaults.STALL_AFTER_SECONDS
     takeover: bool = False
     storage_options: dict[str, Any] | None = None
     prefer: str = "auto"
@@ -71,7 +72,7 @@ class AgentOptions:
     max_recoveries: int = 3
     recovery_backoff_seconds: float = 2.0
     lifetime_seconds: float | None = DEFAULT_LIFETIME_SECONDS
-    storage_retry_seconds: float = 120.0
+    storage_retry_seconds: float = defaults.STORAGE_RETRY_SECONDS
     run_id: str | None = None
     reset_data_fingerprints: bool = False
 

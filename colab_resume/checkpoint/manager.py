@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume import backend
+from colab_resume import backend, defaults
 from colab_resume.checkpoint import formats, retention, transfer
 from colab_resume.checkpoint.manifest import FileEntry, Manifest, crc32c_file
 from colab_resume.checkpoint.progress import TransferProgress
@@ -74,7 +74,7 @@ class CheckpointConfig:
             ``"tensorflow"`` (``tf.train.Checkpoint`` files, TensorFlow only).
     """
 
-    keep: int = 3
+    keep: int = defaults.KEEP
     keep_every_steps: int | None = None
     staging_dir: str | None = None
     io_device: str | None = None

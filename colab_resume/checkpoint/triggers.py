@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Callable
 
+from colab_resume import defaults
 from colab_resume.validate import check_int, check_seconds
 
 # Colab ends a runtime after about 12 h; saving at 11.5 h leaves room for
@@ -36,7 +37,7 @@ class TriggerOptions:
     """
 
     every_steps: int | None = None
-    every_seconds: float | None = 600.0
+    every_seconds: float | None = defaults.SAVE_EVERY_SECONDS
     lifetime_seconds: float | None = DEFAULT_LIFETIME_SECONDS
     boot_time: float | None = None
 

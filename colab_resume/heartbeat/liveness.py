@@ -17,7 +17,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from colab_resume import rundir
+from colab_resume import defaults, rundir
 from colab_resume.errors import CorruptRecordError
 from colab_resume.heartbeat import process
 from colab_resume.heartbeat.lease import read_lease
@@ -42,8 +42,8 @@ FREE = (DEAD, STOPPED, FAILED)
 # Defaults when the holder's lease is unreadable (damage): its own promise
 # is unknown. Deliberately the old default's 4 beats of 30 s, longer than
 # today's: the holder may be an older version that beats that slowly.
-DEFAULT_DEAD_AFTER_S = 120.0
-DEFAULT_STALL_AFTER_S = 600.0
+DEFAULT_DEAD_AFTER_S = defaults.UNREADABLE_LEASE_DEAD_AFTER_SECONDS
+DEFAULT_STALL_AFTER_S = defaults.STALL_AFTER_SECONDS
 # The object stamps and "now" come from one clock, so a stamp this far
 # ahead is a touched or damaged object, not skew; counting it would keep
 # the run ALIVE until that future arrives.

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume import rundir
+from colab_resume import defaults, rundir
 from colab_resume._version import __version__
 from colab_resume.errors import FencedError, RunInUseError, RunMismatchError
 from colab_resume.events import EventLog
@@ -50,8 +50,8 @@ log = logging.getLogger(__name__)
 # after a silent death, and a holder survives 3 lost beats (each retried
 # for one interval) before it is judged dead. See README "Heartbeats" for
 # what the beats cost.
-DEFAULT_HEARTBEAT_SECONDS = 10.0
-BEATS_BEFORE_DEAD = 4
+DEFAULT_HEARTBEAT_SECONDS = defaults.HEARTBEAT_SECONDS
+BEATS_BEFORE_DEAD = defaults.BEATS_BEFORE_DEAD
 # While waiting on a silent holder: a log line this often (or 4 per wait,
 # if the wait is shorter), so the countdown shows without flooding.
 REPORT_EVERY_SECONDS = 5.0
@@ -76,7 +76,7 @@ class SessionOptions:
 
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
     dead_after_seconds: float | None = None
-    stall_after_seconds: float = 600.0
+    stall_after_seconds: float = defaults.STALL_AFTER_SECONDS
     takeover: bool = False
     expected_run_id: str | None = None
 

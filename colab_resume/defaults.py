@@ -1,0 +1,29 @@
+"""Every default a user can change, in one place.
+
+Each option class (``AgentOptions``, ``SessionOptions``, ``TriggerOptions``,
+``CheckpointConfig``, ``RetryPolicy``) and each reader (liveness) takes its
+default from here, so a value changed once changes everywhere it is used
+and the docs can name one source. Constants only: this module imports
+nothing.
+"""
+
+from __future__ import annotations
+
+# Heartbeats: one beat every HEARTBEAT_SECONDS; a holder silent for
+# BEATS_BEFORE_DEAD beats is dead (a rerun on a new VM waits at most 40 s).
+HEARTBEAT_SECONDS = 10.0
+BEATS_BEFORE_DEAD = 4
+# Training whose step has not moved for this long (while beating) is STALLED.
+STALL_AFTER_SECONDS = 600.0
+# A holder whose lease is unreadable (damage) promised nothing readable:
+# the old default's 4 beats of 30 s, longer than today's, since the holder
+# may be an older version that beats that slowly.
+UNREADABLE_LEASE_DEAD_AFTER_SECONDS = 120.0
+
+# Checkpoints: a save every SAVE_EVERY_SECONDS (and/or every N steps, no
+# default), the newest KEEP committed kept.
+SAVE_EVERY_SECONDS = 600.0
+KEEP = 3
+
+# Storage: a transient fault is retried this long before the call fails.
+STORAGE_RETRY_SECONDS = 120.0
