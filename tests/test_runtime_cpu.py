@@ -124,6 +124,33 @@ out["explicit_policy"] = keras.mixed_precision.global_policy().name
 # 7. Too late to split the CPU: TensorFlow's devices are initialised.
 out["too_late"] = error(lambda: rt.connect(prefer="cpu", cpu_replicas=2,
                                            platform=platform()))
+
+# 8. "auto" after 6: the policy a connect chose is not the user's; back to
+#    float32. A policy the user set before connecting is kept, by a reconnect
+#    (which resets Keras) and a later connect too; an explicit precision
+#    replaces it, saying so.
+def policy_messages(events):
+    return [e.message for e in events.recent(kind="runtime.precision")]
+rt.Accelerator(rt.ConnectOptions(prefer="cpu"), platform=platform()).connect()
+out["after_explicit"] = keras.mixed_precision.global_policy().name
+keras.mixed_precision.set_global_policy("mixed_bfloat16")
+events = EventLog()
+kept = rt.Accelerator(rt.ConnectOptions(prefer="cpu"), events=events,
+                      platform=platform())
+kept.connect()
+out["user_policy"] = [kept.connection.precision,
+                      keras.mixed_precision.global_policy().name,
+                      policy_messages(events)]
+kept.reconnect()
+out["user_policy_reconnected"] = [kept.connection.precision,
+                                  keras.mixed_precision.global_policy().name]
+rt.Accelerator(rt.ConnectOptions(prefer="cpu"), platform=platform()).connect()
+out["user_policy_later"] = keras.mixed_precision.global_policy().name
+events = EventLog()
+rt.Accelerator(rt.ConnectOptions(prefer="cpu", precision="float32"),
+               events=events, platform=platform()).connect()
+out["user_policy_replaced"] = [keras.mixed_precision.global_policy().name,
+                               policy_messages(events)]
 print("RESULT " + json.dumps(out))
 """
 )
@@ -221,6 +248,29 @@ def test_auto_falls_back_when_the_tpu_never_answers(one_device):
 @pytest.mark.tf
 def test_explicit_precision_sets_the_global_policy(one_device):
     assert one_device["explicit_policy"] == "mixed_bfloat16"
+
+
+@pytest.mark.tf
+def test_a_policy_a_connect_chose_does_not_outlive_it(one_device):
+    assert one_device["after_explicit"] == "float32"
+
+
+@pytest.mark.tf
+def test_auto_keeps_the_policy_the_user_set_and_says_so(one_device):
+    precision, policy, (message,) = one_device["user_policy"]
+    assert precision == policy == "mixed_bfloat16"
+    assert "precision='auto' keeps the global policy mixed_bfloat16" in message
+    assert "precision='float32'" in message  # how to get auto's choice instead
+    assert one_device["user_policy_reconnected"] == ["mixed_bfloat16"] * 2
+    assert one_device["user_policy_later"] == "mixed_bfloat16"
+
+
+@pytest.mark.tf
+def test_an_explicit_precision_replaces_the_users_policy_and_says_so(one_device):
+    policy, (message,) = one_device["user_policy_replaced"]
+    assert policy == "float32"
+    assert "precision='float32' replaces the global policy mixed_bfloat16" in message
+    assert "precision='auto'" in message  # how to keep it
 
 
 @pytest.mark.tf

@@ -19,7 +19,7 @@ from colab_resume.runtime import (
 )
 from colab_resume.runtime.diagnose import gpu_not_visible_error
 from colab_resume.runtime.local import GPUInfo, gpu_strategy
-from colab_resume.runtime.precision import resolve_precision
+from colab_resume.runtime.precision import describe_choice, resolve_precision
 
 
 class FakeTF:
@@ -87,6 +87,23 @@ def test_no_gpu_visible():
 )
 def test_resolve_precision(precision, kind, policy):
     assert resolve_precision(precision, kind) == policy
+
+
+@pytest.mark.parametrize(
+    "precision, users, policy, says",
+    [
+        ("auto", "mixed_float16", "mixed_float16", "'auto' keeps"),
+        ("mixed_float16", "mixed_float16", "mixed_float16", None),
+        ("float32", "mixed_float16", "float32", "replaces"),
+        ("auto", None, "float32", None),
+    ],
+)
+def test_describe_choice_speaks_only_when_the_policy_changes(
+    precision, users, policy, says
+):
+    assert resolve_precision(precision, "gpu", users) == policy
+    line = describe_choice(precision, "gpu", users, policy)
+    assert (line is None) if says is None else (says in line)
 
 
 def test_cuda_build_that_sees_no_gpu_says_how_to_get_the_libraries(tmp_path):

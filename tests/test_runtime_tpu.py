@@ -140,6 +140,7 @@ def world(tmp_path):
                 module_available=lambda name: False,
                 tpu_api=self.api,
                 set_precision=self.policies.append,
+                user_precision=lambda: None,
                 clear_session=lambda: self.cleared.append(True),
                 sleep=self.time.sleep,
                 clock=self.time.clock,
@@ -184,10 +185,34 @@ def test_colab_tpu_vm_resolves_local_and_skips_cluster_connect(world):
     assert world.kinds() == [
         "runtime.detected",
         "runtime.tpu.attempt",
+        "runtime.precision",
         "runtime.connected",
     ]
+    (note,) = [e.message for e in world.events.recent(kind="runtime.precision")]
+    assert "set Keras' global policy to mixed_bfloat16 on the TPU" in note
+    assert "pass precision='float32' to keep float32" in note
     assert acc.connect() is strategy  # idempotent: no second initialisation
     assert len(world.api.calls) == 3
+
+
+def test_auto_keeps_a_users_policy_on_the_tpu_too(world):
+    """Mock TPU (none exists here): the user's float16 policy beats bfloat16."""
+    acc = Accelerator(
+        ConnectOptions(prefer="tpu"),
+        events=world.events,
+        platform=world.platform(
+            COLAB_TPU_VM_ENV,
+            user_precision=lambda: "mixed_float16",
+            keep_precision=world.policies.append,
+        ),
+    )
+    acc.connect()
+    acc.reconnect()
+    assert acc.connection.precision == "mixed_float16"
+    assert world.policies == ["mixed_float16", "mixed_float16"]
+    (note,) = [e.message for e in world.events.recent(kind="runtime.precision")]
+    assert "keeps the global policy mixed_float16" in note
+    assert "pass precision='mixed_bfloat16' for what 'auto' picks on the TPU" in note
 
 
 def test_legacy_node_connects_to_the_cluster_first(world):

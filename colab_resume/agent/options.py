@@ -36,7 +36,8 @@ class AgentOptions:
         prefer: ``"auto"``, ``"tpu"``, ``"gpu"`` or ``"cpu"``.
         cpu_replicas: logical CPU devices for a MirroredStrategy rehearsal.
         precision: ``"auto"``, ``"float32"``, ``"mixed_bfloat16"``,
-            ``"mixed_float16"``.
+            ``"mixed_float16"``. ``"auto"`` keeps a policy set with
+            ``keras.mixed_precision.set_global_policy`` before connecting.
         max_recoveries: accelerator losses recovered in one session before
             giving up.
         recovery_backoff_seconds: first wait before reconnecting; doubles.

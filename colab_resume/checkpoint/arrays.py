@@ -251,35 +251,53 @@ def _generator_state(obj: Any) -> list[Any] | None:
     return None
 
 
-# Integer widths the backends choose differently: JAX without x64 keeps an
-# optimizer's iteration count in int32, TensorFlow in int64.
-_INTEGER_KINDS = {"int32": "int", "int64": "int", "uint32": "uint", "uint64": "uint"}
+# Integer dtypes the backends choose differently: JAX without x64 keeps an
+# optimizer's iteration count in int32, TensorFlow in int64; a Dropout's
+# SeedGenerator state is uint32 on JAX, int64 on TensorFlow. An integer
+# variable therefore takes an integer tensor of any width and sign, as long
+# as every value fits (checked on restore, see _integer_misfit).
+_INTEGER = "integer"
 
 
 def _loose(structure: dict[str, Any]) -> dict[str, Any]:
-    """``structure`` with 32- and 64-bit integers alike (compared as such)."""
+    """``structure`` with every integer dtype alike (compared as such)."""
     return {
-        group: [[n, s, _INTEGER_KINDS.get(d, d)] for n, s, d in variables]
+        group: [[n, s, _INTEGER if _is_integer(d) else d] for n, s, d in variables]
         if isinstance(variables, list)
         else variables
         for group, variables in structure.items()
     }
 
 
-def _fits_integer(value: Any, target: Any) -> bool:
-    """True when integer ``value`` converts to ``target`` without overflow."""
+def _is_integer(dtype_name: str) -> bool:
+    try:
+        return bool(_numpy_dtype(dtype_name).kind in "iu")
+    except TypeError:  # a dtype NumPy does not know is no integer of ours
+        return False
+
+
+def _integer_misfit(value: Any, target: Any) -> str | None:
+    """Why integer ``value`` cannot become ``target`` exactly, or None.
+
+    Returns:
+        None when both are integers and every value lies in ``target``'s
+        range, else the values and the range, for the error message.
+    """
     import numpy as np
 
-    if (
-        value.dtype.kind not in "iu"
-        or target.kind not in "iu"
-        or value.dtype.kind != target.kind
-    ):
-        return False
+    if value.dtype.kind not in "iu" or target.kind not in "iu":
+        return f"{value.dtype} cannot become {target}"
     if value.size == 0:
-        return True
+        return None
     info = np.iinfo(target)
-    return bool(value.min() >= info.min and value.max() <= info.max)
+    # Python ints: NumPy compares uint64 with a negative bound wrongly.
+    low, high = int(value.min()), int(value.max())
+    if low >= int(info.min) and high <= int(info.max):
+        return None
+    return (
+        f"it holds values from {low} to {high}, outside {target}'s range "
+        f"[{int(info.min)}, {int(info.max)}]"
+    )
 
 
 def _snapshot(variable: Any) -> Any:
@@ -494,12 +512,16 @@ class ArrayState:
                 # shape and dtype (integer widths aside).
                 value = _as_listed(name, arrays.get(name), saved[group][i])
                 target = _numpy_dtype(str(variable.dtype))
-                if value.dtype != target and not _fits_integer(value, target):
+                misfit = (
+                    _integer_misfit(value, target) if value.dtype != target else None
+                )
+                if misfit:
                     raise StructureMismatchError(
-                        f"tensor {name} is {value.dtype}{list(value.shape)} and "
-                        f"holds values the variable "
-                        f"{getattr(variable, 'path', variable.name)} "
-                        f"({variable.dtype}) cannot."
+                        f"tensor {name} is {value.dtype}{list(value.shape)}, the "
+                        f"variable {getattr(variable, 'path', variable.name)} is "
+                        f"{variable.dtype}{list(variable.shape)}: {misfit}. Continue "
+                        f"the run on the backend that wrote it, whose dtype holds "
+                        f"these values, or start a new run_dir."
                     )
                 assignments.append((variable, value, target))
         for variable, value, target in assignments:

@@ -81,7 +81,9 @@ class Platform:
         root: filesystem root for device files.
         module_available: whether a module is importable (no import).
         tpu_api: the TensorFlow TPU calls (None: real TensorFlow).
-        set_precision: sets Keras' global dtype policy.
+        set_precision: sets Keras' global dtype policy (the package's choice).
+        keep_precision: sets it again to the policy the user had set.
+        user_precision: the policy the user set before connecting, or None.
         clear_session: resets Keras' global state.
         sleep: waits between TPU connection attempts.
         clock: monotonic seconds for the TPU connection deadline.
@@ -94,6 +96,8 @@ class Platform:
     module_available: Callable[[str], bool] | None = None
     tpu_api: tpu.TPUApi | None = None
     set_precision: Callable[[str], None] = precision.apply_policy
+    keep_precision: Callable[[str], None] = precision.keep_policy
+    user_precision: Callable[[], str | None] = precision.user_policy
     clear_session: Callable[[], None] = precision.clear_session
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
@@ -125,6 +129,9 @@ class Accelerator:
         self._resolver: Any = None
         self._tpu_api: tpu.TPUApi | None = None
         self._info: RuntimeInfo | None = None
+        # The policy the user had set when connect() first ran: read once,
+        # since clear_session() on a reconnect resets Keras' global policy.
+        self._users_policy: str | None = None
 
     @property
     def strategy(self) -> Any:
@@ -198,7 +205,7 @@ class Accelerator:
             if info.gpu_runtime:  # a driver but no GPU for TensorFlow: fixable
                 raise diagnose.gpu_not_visible_error(tf, info) from exc
             raise
-        policy = precision.resolve_precision(self.options.precision, "gpu")
+        policy = self._policy("gpu")
         low = [
             g
             for g in gpus
@@ -256,8 +263,17 @@ class Accelerator:
         fallback: str | None = None,
         replicas: int | None = None,
     ) -> Any:
-        policy = precision.resolve_precision(self.options.precision, kind)
-        self.platform.set_precision(policy)
+        policy = self._policy(kind)
+        if policy == self._users_policy:
+            self.platform.keep_precision(policy)
+        else:
+            self.platform.set_precision(policy)
+        if self._connection is None:  # said once, not again on a reconnect
+            line = precision.describe_choice(
+                self.options.precision, kind, self._users_policy, policy
+            )
+            if line:
+                self._emit("runtime.precision", line, policy=policy)
         self._strategy = strategy
         self._connection = Connection(
             kind=kind,
@@ -274,6 +290,11 @@ class Accelerator:
             connection=dataclasses.asdict(self._connection),
         )
         return strategy
+
+    def _policy(self, kind: str) -> str:
+        return precision.resolve_precision(
+            self.options.precision, kind, self._users_policy
+        )
 
     # --- choosing -------------------------------------------------------------
 
@@ -333,6 +354,8 @@ class Accelerator:
         """
         if self._strategy is not None:
             return self._strategy
+        if self._connection is None:
+            self._users_policy = self.platform.user_precision()
         if backend.is_jax():
             return self._connect_jax()
         p = self.platform

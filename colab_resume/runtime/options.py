@@ -25,7 +25,8 @@ class ConnectOptions:
         cpu_replicas: on the CPU, split it into this many logical devices
             under a ``MirroredStrategy`` (rehearse multi-replica TPU code).
         precision: ``"auto"`` (``mixed_bfloat16`` on TPU, ``float32`` on GPU
-            and CPU), or a Keras policy name set as the global policy.
+            and CPU, unless the user set a global policy before connecting,
+            which it keeps), or a Keras policy name set as the global policy.
         tpu: override the ``TPUClusterResolver(tpu=...)`` target (``"local"``,
             a TPU name, ``"grpc://ip:port"``); None: from detection.
         deadline_seconds: give up connecting to the TPU after this long.

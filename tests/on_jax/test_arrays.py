@@ -62,3 +62,50 @@ def test_array_state_restores_a_bfloat16_model_by_position(
     other = build(units=5)
     with pytest.raises(StructureMismatchError, match="does not fit"):
         ArrayState(other).restore(prefix, state.structure)
+
+
+def dropout_model():  # type: ignore[no-untyped-def]
+    import keras
+
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Dense(2), keras.layers.Dropout(0.3)]
+    )
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+def test_signed_seed_state_restores_into_the_unsigned_jax_variable(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """TensorFlow writes the seed state as int64; JAX keeps it in uint32."""
+    import keras
+    from support.checkpoints import as_other_backend_wrote, seed_position
+
+    from colab_resume.checkpoint.arrays import ArrayState
+
+    seed = np.array([3_000_000_000, 9], dtype="int64")  # above int32's range
+    prefix, structure = as_other_backend_wrote(
+        str(tmp_path), dropout_model(), seed, "int64"
+    )
+    fresh = dropout_model()
+    ArrayState(fresh).restore(prefix, structure)
+    variable = fresh.variables[seed_position(structure)]
+    assert str(variable.dtype) == "uint32"
+    assert keras.ops.convert_to_numpy(variable.value).tolist() == [3_000_000_000, 9]
+
+
+def test_a_negative_seed_value_is_refused_by_name(tmp_path: os.PathLike[str]) -> None:
+    import pytest
+    from support.checkpoints import as_other_backend_wrote
+
+    from colab_resume.checkpoint.arrays import ArrayState
+    from colab_resume.checkpoint.errors import StructureMismatchError
+
+    seed = np.array([-1, 0], dtype="int64")
+    prefix, structure = as_other_backend_wrote(
+        str(tmp_path), dropout_model(), seed, "int64"
+    )
+    with pytest.raises(StructureMismatchError) as raised:
+        ArrayState(dropout_model()).restore(prefix, structure)
+    assert "seed_generator_state is uint32[2]" in str(raised.value)
+    assert "values from -1 to 0, outside uint32's range" in str(raised.value)

@@ -7,7 +7,9 @@ virtualenv. A run killed mid-training on one runtime finishes on the other
 from the committed step, with all its state: its weights end close to an
 uninterrupted run's (not bitwise: the backends reduce in other orders),
 the optimizer has counted every step once, and an event says what changed.
-A model without Dropout, whose random masks differ between backends.
+A model without Dropout, whose random masks differ between backends; with
+Dropout, the seed generator's state (uint32 on JAX, int64 on TensorFlow)
+must carry over and end where an uninterrupted run's does.
 """
 
 from __future__ import annotations
@@ -60,31 +62,50 @@ def tf_reference(
     )
 
 
+@pytest.fixture(scope="module")
+def dropout_reference(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
+    """The seed state an uninterrupted JAX run with Dropout ends with.
+
+    TensorFlow's run ends with the same values (same seed, one draw a step).
+    """
+    base = tmp_path_factory.mktemp("dropout-reference")
+    run, out = os.path.join(base, "run"), os.path.join(base, "out")
+    done = worker(run, out)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return seed_state(*read(out))
+
+
+def seed_state(arrays: dict[str, np.ndarray], result: dict[str, object]) -> np.ndarray:
+    (position,) = [
+        i
+        for i, path in enumerate(result["variables"])  # type: ignore[call-overload]
+        if path.endswith("seed_generator_state")
+    ]
+    return arrays[f"model_{position:03d}"]
+
+
 def continue_elsewhere(
     tmp_path: os.PathLike[str],
     first: tuple[str, ...],
     second: tuple[str, ...],
     first_python: str | None = None,
     second_python: str | None = None,
+    dropout: bool = False,
 ) -> tuple[dict[str, np.ndarray], dict[str, object]]:
     run = os.path.join(tmp_path, "run")
+    model = () if dropout else ("--no-dropout",)
     here = {"python": first_python} if first_python else {}
-    killed = worker(run, os.path.join(tmp_path, "a"), "--no-dropout", *first, **here)
+    killed = worker(run, os.path.join(tmp_path, "a"), *model, *first, **here)
     assert killed.returncode == -9, killed.stderr[-4000:]
     assert f"KILLING at step {KILL_AT}" in killed.stdout
     there = {"python": second_python} if second_python else {}
     out = os.path.join(tmp_path, "b")
-    done = worker(run, out, "--no-dropout", *second, **there)
+    done = worker(run, out, *model, *second, **there)
     assert done.returncode == 0, done.stderr[-4000:]
     return read(out)
 
 
-def assert_continued(
-    arrays: dict[str, np.ndarray],
-    result: dict[str, object],
-    reference: dict[str, np.ndarray],
-    *changes: str,
-) -> None:
+def assert_counted_once(result: dict[str, object], *changes: str) -> None:
     restored = int(result["restored_step"])  # type: ignore[call-overload]
     assert 0 < restored <= KILL_AT
     assert result["steps_here"] == TOTAL - restored
@@ -93,6 +114,15 @@ def assert_continued(
     for change in changes:
         assert change in event["changes"], (change, event)  # type: ignore[index]
     assert "bitwise equality" in event["message"]  # type: ignore[index]
+
+
+def assert_continued(
+    arrays: dict[str, np.ndarray],
+    result: dict[str, object],
+    reference: dict[str, np.ndarray],
+    *changes: str,
+) -> None:
+    assert_counted_once(result, *changes)
     assert sorted(arrays) == sorted(reference)
     for key in reference:
         np.testing.assert_allclose(arrays[key], reference[key], rtol=2e-3, atol=2e-5)
@@ -126,6 +156,40 @@ def test_tensorflow_finishes_on_jax(
     assert_continued(
         arrays, result, tf_reference, "backend tensorflow -> jax", "replicas 1 -> 2"
     )
+
+
+def test_dropout_model_finishes_on_tensorflow_with_its_seed_state(
+    dropout_reference: np.ndarray, tf_python: str, tmp_path: os.PathLike[str]
+) -> None:
+    """JAX's uint32 seed state goes into TensorFlow's int64 variable."""
+    arrays, result = continue_elsewhere(
+        tmp_path,
+        ("--kill-at-step", str(KILL_AT)),
+        ("--backend", "tensorflow", "--replicas", "1"),
+        second_python=tf_python,
+        dropout=True,
+    )
+    assert_counted_once(result, "backend jax -> tensorflow")
+    state = seed_state(arrays, result)
+    assert state.dtype == np.int64
+    assert state.tolist() == dropout_reference.tolist()
+
+
+def test_dropout_model_finishes_on_jax_with_its_seed_state(
+    dropout_reference: np.ndarray, tf_python: str, tmp_path: os.PathLike[str]
+) -> None:
+    """TensorFlow's int64 seed state goes into JAX's uint32 variable."""
+    arrays, result = continue_elsewhere(
+        tmp_path,
+        ("--backend", "tensorflow", "--replicas", "1", "--kill-at-step", str(KILL_AT)),
+        (),
+        first_python=tf_python,
+        dropout=True,
+    )
+    assert_counted_once(result, "backend tensorflow -> jax")
+    state = seed_state(arrays, result)
+    assert state.dtype == np.uint32
+    assert state.tolist() == dropout_reference.tolist()
 
 
 def test_precision_change_keeps_the_optimizer_and_names_the_loss_scale(

@@ -11,3 +11,46 @@ def is_data_file(path: str) -> bool:
     """
     name = path.rsplit("/", 1)[-1]
     return name.endswith(".safetensors") or ".data-" in name
+
+
+def seed_position(structure: dict) -> int:
+    """The position of the one ``seed_generator_state`` in ``structure["model"]``."""
+    (position,) = [
+        i
+        for i, (name, _, _) in enumerate(structure["model"])
+        if name.endswith("seed_generator_state")
+    ]
+    return position
+
+
+def as_other_backend_wrote(
+    directory: str, model: object, seed: object, iteration_dtype: str
+) -> tuple[str, dict]:
+    """A portable checkpoint of ``model`` as the other backend writes it.
+
+    The checkpoint ``model`` writes, with its Dropout's seed state replaced
+    by the array ``seed`` (in its dtype) and the optimizer's iteration count
+    cast to ``iteration_dtype``, in the files and in the structure.
+
+    Returns:
+        The checkpoint prefix (in the empty folder ``directory``) and the
+        structure a manifest would list.
+    """
+    import os
+
+    from colab_resume.checkpoint.arrays import ArrayState, read_shards, write_shards
+
+    state = ArrayState(model)
+    prefix = os.path.join(directory, "ckpt")
+    state.write(prefix)
+    arrays = {name: array.copy() for name, array in read_shards(prefix).items()}
+    structure = {group: [list(v) for v in vs] for group, vs in state.structure.items()}
+    position = seed_position(structure)
+    arrays[f"model/{position:06d}"] = seed
+    structure["model"][position][2] = str(seed.dtype)  # type: ignore[attr-defined]
+    arrays["optimizer/000000"] = arrays["optimizer/000000"].astype(iteration_dtype)
+    structure["optimizer"][0][2] = iteration_dtype
+    for name in os.listdir(directory):
+        os.remove(os.path.join(directory, name))
+    write_shards(prefix, arrays, 1 << 20)
+    return prefix, structure
