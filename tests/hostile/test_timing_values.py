@@ -81,7 +81,9 @@ def test_absurd_timings_are_damage_judged_with_defaults(
     assert judged["dead_after_s"] == (0.8 if field == "since_progress_s" else 120.0)
     assert field in judged["detail"] and "outside" in judged["detail"]
 
-    # A new session waits its own dead_after (4 beats of 0.25 s), not forever.
+    # A new session judges it by the same rule (liveness.thresholds): never
+    # the absurd promise; its own dead_after_seconds, when given, as status's
+    # override would; else the 120 s default. Not forever.
     give_up = time.monotonic() + 20
 
     def sleep(seconds: float) -> None:
@@ -89,7 +91,9 @@ def test_absurd_timings_are_damage_judged_with_defaults(
         time.sleep(seconds)
 
     session = RunSession.open(
-        storage, SessionOptions(heartbeat_seconds=0.25), sleep=sleep
+        storage,
+        SessionOptions(heartbeat_seconds=0.25, dead_after_seconds=1.0),
+        sleep=sleep,
     )
     assert session.lease == 2
     session.close()
