@@ -88,27 +88,9 @@ def _same_every_run(function: Any) -> bool:
     a graph that cannot be read."""
     try:
         graph = function.graph
-        ops = [(op.type, op.get_attr) for op in graph.get_operations()]
         # A FuncGraph holds every function called from it, however deep.
-        for called in graph._functions.values():
-            ops.extend(_ops_of(called))
-    except Exception:
+        graphs = [graph, *(called.graph for called in graph._functions.values())]
+        ops = [op for each in graphs for op in each.get_operations()]
+    except Exception:  # no graph to read (a function loaded from disk...)
         return False
-    return all(repeatable.op_repeats(kind, attr) for kind, attr in ops)
-
-
-def _ops_of(function: Any) -> list[tuple[str, Any]]:
-    """``(type, attribute getter)`` of each op of a called function: from
-    its graph, or its definition where it has no graph (one loaded)."""
-    graph = getattr(function, "graph", None)
-    if graph is not None:
-        return [(op.type, op.get_attr) for op in graph.get_operations()]
-    return [(node.op, _node_attr(node)) for node in function.definition.node_def]
-
-
-def _node_attr(node: Any) -> Any:
-    def attr(name: str) -> Any:
-        value = node.attr[name]
-        return value.s if value.WhichOneof("value") == "s" else value
-
-    return attr
+    return all(repeatable.op_repeats(op.type, op.get_attr) for op in ops)

@@ -338,6 +338,20 @@ PIPELINES = {
             lambda i: tf.data.Dataset.range(i).map(lambda j: j * 2), cycle_length=2
         ),
     ),
+    "flat_map of a parallel map, in order": (
+        "same",
+        lambda p: tf.data.Dataset.range(4).flat_map(
+            lambda i: tf.data.Dataset.range(i).map(lambda j: j, num_parallel_calls=2)
+        ),
+    ),
+    "flat_map of a parallel map, out of order": (
+        "unknown",
+        lambda p: tf.data.Dataset.range(4).flat_map(
+            lambda i: tf.data.Dataset.range(i).map(
+                lambda j: j, num_parallel_calls=2, deterministic=False
+            )
+        ),
+    ),
     "cache": ("same", lambda p: _images().cache().batch(2)),
     "filter repeat take prefetch padded_batch unbatch shard": (
         "same",
