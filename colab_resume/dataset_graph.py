@@ -4,7 +4,8 @@ Best effort over TensorFlow's dataset internals (each dataset's
 ``_inputs()`` and ``_functions()``), used to judge a pipeline before it
 runs: how much it embeds (:mod:`colab_resume.data_cost`) and whether it
 yields the same batches every time it is iterated
-(:mod:`colab_resume.agent.spans`). A part it cannot read is skipped.
+(:mod:`colab_resume.agent.spans`). The helpers skip a part they cannot
+read; :func:`same_every_iteration` says no for it.
 """
 
 from __future__ import annotations
@@ -12,10 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-# Ops whose output may differ from one run of a function to the next: the
-# stateful random ops, tf.random.Generator's, and Python code (py_function,
-# numpy_function, Dataset.from_generator).
-_STATEFUL_MARKS = ("Random", "Rng", "Stateful", "PyFunc", "Generator")
+from colab_resume import repeatable
 
 
 def datasets(dataset: Any) -> Iterator[Any]:
@@ -54,17 +52,24 @@ def operations(graph: Any) -> list[Any]:
 
 
 def same_every_iteration(dataset: Any) -> bool:
-    """True when iterating ``dataset`` again yields the same batches, as far
-    as can be told without running it.
+    """True when iterating ``dataset`` again is known to yield the same batches.
 
-    False for a ``shuffle`` that changes order at each iteration (its
-    default), a ``Dataset.random`` asked to, a stateful random op or Python
-    code in one of its functions, or a part that cannot be read.
+    Judged without running it, against an allow-list
+    (:mod:`colab_resume.repeatable`): every dataset of the pipeline must be
+    of a kind known to repeat, with settings that do (a ``shuffle`` that
+    does not reshuffle at each iteration, a parallel ``map`` in order...),
+    and every op of its functions, and of the functions they call, must be
+    known to depend on its inputs alone. Anything else, a part it cannot
+    read included, is no: a stateful random op, a Keras random layer (its
+    seed is a variable it advances), Python code, an op it does not know.
     """
-    for node in datasets(dataset):
-        if getattr(node, "_reshuffle_each_iteration", False) is not False:
+    try:
+        if dataset.options().deterministic is False:  # parallel ops reorder
             return False
-        if getattr(node, "_rerandomize", False):
+    except Exception:
+        return False
+    for node in datasets(dataset):
+        if not repeatable.dataset_repeats(node):
             return False
         try:  # datasets() and graphs() pass over what they cannot read
             node._inputs()
@@ -78,25 +83,14 @@ def same_every_iteration(dataset: Any) -> bool:
 
 
 def _same_every_run(function: Any) -> bool:
-    """True when a dataset function's graph holds nothing that can change
-    between its runs; False also for a graph that cannot be read."""
+    """True when every op of a dataset function's graph, and of the
+    functions it calls at any depth, is on the allow-list; False also for
+    a graph that cannot be read."""
     try:
-        ops = list(function.graph.get_operations())
-    except Exception:
+        graph = function.graph
+        # A FuncGraph holds every function called from it, however deep.
+        graphs = [graph, *(called.graph for called in graph._functions.values())]
+        ops = [op for each in graphs for op in each.get_operations()]
+    except Exception:  # no graph to read (a function loaded from disk...)
         return False
-    for op in ops:
-        kind = op.type
-        if "Shuffle" in kind and _attr(op, "reshuffle_each_iteration", True):
-            return False
-        if any(mark in kind for mark in _STATEFUL_MARKS) and not kind.startswith(
-            "Stateless"
-        ):
-            return False
-    return True
-
-
-def _attr(op: Any, name: str, default: Any) -> Any:
-    try:
-        return op.get_attr(name)
-    except Exception:
-        return default
+    return all(repeatable.op_repeats(op.type, op.get_attr) for op in ops)

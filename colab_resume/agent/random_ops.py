@@ -11,11 +11,19 @@ their state in variables, which the checkpoint holds.
 :class:`RandomOpWatch` listens to op creation while the training step is
 traced (the first step of each session) and names what it saw. It uses
 TensorFlow's op-callback hook, the one ``tf.debugging`` builds on.
+
+The hook is thread-local: it sees the ops of the thread that opened the
+watch, and of the threads handed that thread's callbacks. That is how a
+``MirroredStrategy`` (``cpu_replicas``, several GPUs) traces the step: once
+per replica, each in a replica thread of its own that starts with the
+callbacks of the thread calling ``strategy.run``. So the watch counts what
+every thread it reaches traces; one that kept to the thread that opened it
+would see nothing under such a strategy.
 """
 
 from __future__ import annotations
 
-import threading
+import re
 from typing import Any
 
 STATEFUL_RANDOM_OPS = frozenset(
@@ -39,13 +47,15 @@ FIX = (
     "whose state the checkpoint holds"
 )
 
+# The name scope a MirroredStrategy gives replica 1, 2 ... (replica 0 has none).
+_REPLICA_SCOPE = re.compile(r"^replica_\d+/")
+
 
 class RandomOpWatch:
     """Collects the stateful random ops created in graphs while it is open."""
 
     def __init__(self) -> None:
         self.found: list[str] = []
-        self._thread = threading.get_ident()
         self._callbacks: Any = None
 
     def _seen(
@@ -57,13 +67,12 @@ class RandomOpWatch:
         op_name: str | None = None,
         graph: Any = None,
     ) -> None:
-        # Only ops traced into a graph by this thread (not the input pipeline's).
-        if (
-            graph is not None
-            and op_type in STATEFUL_RANDOM_OPS
-            and threading.get_ident() == self._thread
-        ):
-            self.found.append(f"{op_type} ({op_name})")
+        # Traced into a graph (the step's), by this thread or by a replica
+        # thread it handed its callbacks to (see the module docstring).
+        if graph is not None and op_type in STATEFUL_RANDOM_OPS:
+            # One name per op of the step, not one per replica.
+            name = _REPLICA_SCOPE.sub("", op_name or "")
+            self.found.append(f"{op_type} ({name})")
 
     def __enter__(self) -> RandomOpWatch:
         try:

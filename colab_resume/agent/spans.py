@@ -20,8 +20,9 @@ A span is only used where the calls' boundaries are invisible to the model
 - each epoch's dataset yields exactly ``steps_per_epoch`` batches, known
   before iterating (a finite dataset long enough, or a ``repeat()`` cut by
   the agent's ``take``), so no batch moves into another epoch;
-- and it yields the same batches however often it is iterated
-  (:func:`colab_resume.dataset_graph.same_every_iteration`). Keras'
+- and it is known to yield the same batches however often it is iterated
+  (:func:`colab_resume.dataset_graph.same_every_iteration`, an allow-list:
+  what it does not know, a Keras random layer in ``map`` say, is no). Keras'
   symbolic build iterates the dataset it is given once before the epoch
   does; alone, every epoch trains on its dataset's second iteration, in a
   span the later epochs would train on their first. A ``shuffle`` that

@@ -1,10 +1,16 @@
 """What cannot be resumed is named before it diverges; what conflicts is refused.
 
 In one process (no death needed to see a warning): real TensorFlow on the
-CPU, real local run directories.
+CPU, real local run directories. The 2-replica checks run in a process of
+their own, since the CPU is split into logical devices once per process.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -41,7 +47,9 @@ def make_dataset(epoch: int, skip: int = 0) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices((X, Y)).batch(8).skip(skip)
 
 
-def fit(run_dir, layers=list, callbacks=(), **fit_options) -> cr.Agent:
+def fit(
+    run_dir, layers=list, callbacks=(), agent_options=None, **fit_options
+) -> cr.Agent:
     """``agent.fit`` of a small Dense model with ``layers()`` in front."""
 
     def build_model() -> keras.Model:
@@ -49,7 +57,9 @@ def fit(run_dir, layers=list, callbacks=(), **fit_options) -> cr.Agent:
         model.compile(optimizer="sgd", loss="mse")
         return model
 
-    agent = cr.Agent(str(run_dir), save_every_steps=4, heartbeat_seconds=0.5)
+    agent = cr.Agent(
+        str(run_dir), save_every_steps=4, heartbeat_seconds=0.5, **(agent_options or {})
+    )
     callbacks = callbacks(agent) if callable(callbacks) else list(callbacks)
     agent.fit(
         build_model,
@@ -137,7 +147,9 @@ def test_extra_state_travels_with_the_checkpoint_and_a_mismatch_is_named(tmp_pat
         fit_with_extra(tmp_path / "run", tf.random.Generator.from_seed(3), extra=False)
 
 
-def test_a_stateful_tf_random_op_in_a_custom_train_step_is_named(tmp_path):
+def run_with_jitter(run_dir, **agent_options) -> cr.Agent:
+    """``agent.run`` of a custom step that adds ``tf.random.uniform`` noise."""
+
     def build_state() -> dict:
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         return {"model": model, "optimizer": keras.optimizers.SGD(0.01)}
@@ -152,7 +164,72 @@ def test_a_stateful_tf_random_op_in_a_custom_train_step_is_named(tmp_path):
         state["optimizer"].apply_gradients(zip(grads, variables, strict=True))
         return {"loss": loss}
 
-    agent = cr.Agent(str(tmp_path / "run"), save_every_steps=4, heartbeat_seconds=0.5)
+    agent = cr.Agent(
+        str(run_dir), save_every_steps=4, heartbeat_seconds=0.5, **agent_options
+    )
     agent.run(build_state, make_dataset, train_step, total_steps=8, steps_per_epoch=8)
-    [warning] = [e.message for e in agent.events.recent(kind="fit.warning")]
+    return agent
+
+
+def test_a_stateful_tf_random_op_in_a_custom_train_step_is_named(tmp_path):
+    [warning] = warnings_of(run_with_jitter(tmp_path / "run"))
     assert "RandomUniform" in warning and "jitter" in warning
+
+
+def two_replica_warnings(root: str) -> None:
+    """In a fresh process: the warnings of ``fit`` and ``run`` on 2 CPU
+    replicas, printed as one JSON line."""
+    replicas = {"prefer": "cpu", "cpu_replicas": 2}
+    legacy = fit(
+        os.path.join(root, "fit"),
+        lambda: [LegacyNoise(name="legacy_noise")],
+        agent_options=replicas,
+    )
+    keras_noise = fit(
+        os.path.join(root, "keras"),
+        lambda: [keras.layers.Dropout(0.2), keras.layers.GaussianNoise(0.1)],
+        agent_options=replicas,
+    )
+    out = {
+        "replicas": legacy.model.distribute_strategy.num_replicas_in_sync,
+        "fit": warnings_of(legacy),
+        "keras": warnings_of(keras_noise),
+        "run": warnings_of(run_with_jitter(os.path.join(root, "run"), **replicas)),
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+@pytest.fixture(scope="module")
+def on_two_replicas(tmp_path_factory) -> dict:
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (
+        f"import sys; sys.path[:0] = [{here!r}, {os.path.dirname(here)!r}]; "
+        "import test_named_limits as t; t.two_replica_warnings(sys.argv[1])"
+    )
+    root = str(tmp_path_factory.mktemp("replicas"))
+    done = subprocess.run(
+        [sys.executable, "-c", code, root],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
+    )
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-5000:]
+    out = json.loads(lines[-1][len("RESULT ") :])
+    assert out["replicas"] == 2
+    return out
+
+
+def test_a_stateful_tf_random_op_is_named_in_fit_on_two_replicas(on_two_replicas):
+    # MirroredStrategy traces the step in a thread per replica.
+    [warning] = on_two_replicas["fit"]
+    assert "RandomStandardNormal" in warning and "legacy_noise" in warning
+    assert "replica_1/" not in warning  # each op once, not once per replica
+    assert on_two_replicas["keras"] == []
+
+
+def test_a_stateful_tf_random_op_is_named_in_run_on_two_replicas(on_two_replicas):
+    [warning] = on_two_replicas["run"]
+    assert "RandomUniform" in warning and "jitter" in warning
+    assert "replica_1/" not in warning
