@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test suite demo lint bench chaos clean colab-test browser-test jax-test pictures
+.PHONY: test suite demo lint bench chaos clean colab-test browser-test jax-test pictures wheel
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,17 @@ chaos: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/colab-resume demo
+
+# The wheel to install from until the package is on an index (in Colab: from
+# Drive or an upload, as the notebooks' install cell does):
+# $(DIST)/colab_resume-<version>-py3-none-any.whl. setuptools stages the files
+# in build/lib and never removes one there, so a module deleted since the last
+# build would ship again: the staging folders go first.
+DIST ?= dist
+wheel: $(STAMP)
+	rm -rf build/lib build/bdist.*
+	$(PY) -m build --wheel --no-isolation --outdir $(DIST) .
+	@ls $(DIST)/colab_resume-*-py3-none-any.whl
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check colab_resume tests bench
