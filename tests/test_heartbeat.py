@@ -7,6 +7,7 @@ import time
 import pytest
 from support import Process, worker
 from support import wait_for as wait_until
+from support.starting import start_together
 
 import colab_resume as cr
 from colab_resume import rundir
@@ -48,24 +49,20 @@ def start_holder(gcs_run_dir, emulator, *args: str):
 
 
 def test_lease_race_between_processes_has_exactly_one_winner(
-    gcs_run_dir, emulator, storage
+    gcs_run_dir, emulator, storage, tmp_path
 ):
     """Five processes race for a new run at the same instant: one wins."""
-    start_at = time.time() + 4.0
+    go = tmp_path / "go"
     racers = [
         holder(
             gcs_run_dir,
             emulator.url,
-            "--mode",
-            "race",
-            "--heartbeat",
-            str(BEAT),
-            "--start-at",
-            str(start_at),
+            *("--mode", "race", "--heartbeat", str(BEAT), "--go", str(go)),
         )
         for _ in range(5)
     ]
     try:
+        start_together(racers, go)
         outcomes = [racer.expect("", timeout=60) for racer in racers]
     finally:
         for racer in racers:
