@@ -81,16 +81,19 @@ def test_holder_is_fenced_within_one_beat_and_stops_writing(
 ):
     proc = start_holder(gcs_run_dir, emulator)
     try:
+        old_beat = rundir.heartbeat_path(1)
+        beat_before = storage.read_json(old_beat)["beat"]
         taker = RunSession.open(
             storage, SessionOptions(heartbeat_seconds=BEAT, takeover=True)
         )
-        taken = time.monotonic()
-        line = proc.expect("FENCED", timeout=10)
-        fenced_after = time.monotonic() - taken
+        line = proc.expect("FENCED", timeout=60)
         assert "lease 2" in line
-        # One beat plus the time one beat's requests take.
-        assert fenced_after < BEAT + 1.5, fenced_after
-        old_beat = rundir.heartbeat_path(1)
+        # Counted in beats, not seconds (a loaded machine stretches seconds):
+        # the first beat to check the leases after lease 2 exists fences the
+        # holder without writing. Only beats that had checked before can
+        # land: the one landing as we read, and the one in flight then.
+        beat_after = storage.read_json(old_beat)["beat"]
+        assert beat_after <= beat_before + 2, (beat_before, beat_after)
         before = storage.info(old_beat).updated
         others_before = {
             o.path: o.updated for o in storage.list() if "00000002" not in o.path
