@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo lint bench chaos clean colab-test browser-test jax-test pictures
+.PHONY: test suite demo lint bench chaos clean colab-test browser-test jax-test pictures wheel
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,14 +14,29 @@ $(STAMP): setup.py pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Lint first: CI runs `make test` only, so this is where lint is enforced.
-# Then the JAX tests, in their own virtualenv without TensorFlow, and the
-# panel clicked in two browser frontends (each in its own virtualenv).
-# Two workers, each taking whole files (module fixtures are built once).
-test: lint
+# Every phase, in this order: lint (CI runs `make test` only, so this is
+# where lint is enforced), the main suite, the JAX tests in their own
+# virtualenv without TensorFlow, and the panel clicked in two browser
+# frontends (each in its own virtualenv). A failing phase does not skip the
+# ones after it: all run, the failures are listed at the end, and the exit
+# status is non-zero if any failed.
+TEST_PHASES := lint suite jax-test browser-test
+test: $(STAMP)
+	@failed=""; \
+	for phase in $(TEST_PHASES); do \
+		echo "=== make test: $$phase"; \
+		$(MAKE) --no-print-directory $$phase || failed="$$failed $$phase"; \
+	done; \
+	if [ -n "$$failed" ]; then \
+		echo "=== make test: FAILED:$$failed (of: $(TEST_PHASES))"; \
+		exit 1; \
+	fi; \
+	echo "=== make test: all phases passed ($(TEST_PHASES))"
+
+# The main suite: two workers, each taking whole files (module fixtures are
+# built once).
+suite: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
-	$(MAKE) jax-test
-	$(MAKE) browser-test
 
 # The chaos soak (not in CI; ~15 min on 2 cores): >= 50 random SIGKILLs,
 # takeover races, 5xx/resets/stalls and expiring tokens; prints its figures.
@@ -30,6 +45,17 @@ chaos: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/colab-resume demo
+
+# The wheel to install from until the package is on an index (in Colab: from
+# Drive or an upload, as the notebooks' install cell does):
+# $(DIST)/colab_resume-<version>-py3-none-any.whl. setuptools stages the files
+# in build/lib and never removes one there, so a module deleted since the last
+# build would ship again: the staging folders go first.
+DIST ?= dist
+wheel: $(STAMP)
+	rm -rf build/lib build/bdist.*
+	$(PY) -m build --wheel --no-isolation --outdir $(DIST) .
+	@ls $(DIST)/colab_resume-*-py3-none-any.whl
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check colab_resume tests bench

@@ -8,7 +8,6 @@ and the proxy's counters prove the faults were really there.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from faultproxy import FaultMix
@@ -180,8 +179,15 @@ def test_agent_trains_on_while_only_heartbeats_fail(
     fault_proxy.set_mix(
         FaultMix(error_rate=1.0, statuses=(503,), body_match=b"/heartbeat/")
     )
-    time.sleep(7.0)  # the fault lasts this long: a beat retries for 2 s, three
-    # failed in a row make an error (a duration, not a wait for an event)
+    # The fault lasts until three beats in a row failed (each retries for
+    # 2 s), which the worker reports as an error, however slow the machine.
+    wait_for(
+        lambda: "EVENT heartbeat.failed level=error" in proc.stdout,
+        180,
+        "three failed heartbeats in a row",
+        interval=0.1,
+        unless=proc.exited_early,
+    )
     fault_proxy.set_mix(FaultMix())
     finish(proc)
     assert fault_proxy.counts["error:503"] >= 3, fault_proxy.counts

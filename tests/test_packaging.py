@@ -1,15 +1,16 @@
-"""The package as users install it: ``colab-resume`` built into an sdist and
-a wheel (``python -m build``), checked by ``twine check``, installed into a
-fresh virtualenv that has neither TensorFlow nor JAX, and its CLI run there.
-
-The wheel goes in with ``--no-deps`` plus only the light runtime
-dependencies the CLI needs on a local run directory, at the bounds the
-wheel itself declares, so the test stays quick.
+"""The package as users install it: the wheel that ``make wheel`` builds
+(the Makefile target, run in a copy of the sources) and an sdist
+(``python -m build``), checked by ``twine check``; then the wheel installed
+into a fresh virtualenv that has neither TensorFlow nor JAX by the
+notebooks' own install cell, run by IPython as Colab runs it (from an
+upload folder, with the wheel's dependencies from the index), and its CLI
+run there.
 """
 
 from __future__ import annotations
 
 import email.parser
+import json
 import os
 import shutil
 import subprocess
@@ -17,18 +18,28 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
-# What `colab-resume status` and `ls` import on a local run directory.
-LIGHT = ("fsspec", "tenacity", "google-crc32c")
 EXTRAS = {"tf", "jax", "report", "test", "dev"}
 
 
-def run(*argv: str | Path, cwd: Path, timeout: float = 120) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+def clean_env() -> dict[str, str]:
+    """This environment without PYTHONPATH: a fresh virtualenv must import
+    only what is installed in it."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def run(
+    *argv: str | Path,
+    cwd: Path,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> str:
     result = subprocess.run(
         [str(a) for a in argv],
         cwd=cwd,
-        env=env,
+        env={**clean_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -43,23 +54,69 @@ def requirement_name(requirement: str) -> str:
     return requirement.strip().lower().replace("_", "-")
 
 
-def test_the_wheel_installs_without_frameworks_and_its_cli_runs(tmp_path):
-    # What the sdist is made of, copied: the build writes beside its sources.
-    src = tmp_path / "src"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    """The wheel from `make wheel` and the sdist, built from copied sources
+    (a build writes beside its sources). The suite's own virtualenv stands
+    in for the Makefile's .venv, already built (its stamp is fresh)."""
+    tmp = tmp_path_factory.mktemp("packaging")
+    src = tmp / "src"
     src.mkdir()
-    for name in ("setup.py", "pyproject.toml", "README.md"):
+    for name in ("setup.py", "pyproject.toml", "README.md", "Makefile"):
         shutil.copy(REPO / name, src / name)
     shutil.copytree(
         REPO / "colab_resume",
         src / "colab_resume",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    dist = tmp_path / "dist"
-    run(sys.executable, "-m", "build", "--no-isolation", "-o", dist, src, cwd=src)
+    stamp = tmp / "venv-built"
+    stamp.touch()
+    dist = tmp / "dist"
+    make = ["make", "--no-print-directory", "wheel"]
+    out = run(*make, f"PY={sys.executable}", f"STAMP={stamp}", f"DIST={dist}", cwd=src)
     (wheel,) = dist.glob("colab_resume-*-py3-none-any.whl")
+    assert str(wheel) in out, out  # it says where the wheel is
+    run(
+        sys.executable,
+        "-m",
+        "build",
+        "--no-isolation",
+        "--sdist",
+        "-o",
+        dist,
+        src,
+        cwd=src,
+    )
     (sdist,) = dist.glob("*.tar.gz")
+    return wheel, sdist
+
+
+def install_cells() -> dict[str, str]:
+    """The install cell of every notebook in notebooks/, by notebook."""
+    cells = {}
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        (cell,) = [
+            "".join(c["source"])
+            for c in notebook["cells"]
+            if c["cell_type"] == "code"
+            and "".join(c["source"]).startswith("#@title Install colab-resume")
+        ]
+        cells[path.name] = cell
+    return cells
+
+
+def test_the_wheel_and_sdist_pass_twine_and_declare_no_framework(built):
+    wheel, sdist = built
     out = run(
-        sys.executable, "-m", "twine", "check", "--strict", wheel, sdist, cwd=dist
+        sys.executable,
+        "-m",
+        "twine",
+        "check",
+        "--strict",
+        wheel,
+        sdist,
+        cwd=wheel.parent,
     )
     assert out.count("PASSED") == 2, out
 
@@ -80,14 +137,55 @@ def test_the_wheel_installs_without_frameworks_and_its_cli_runs(tmp_path):
     core = [r for r in requires if "extra ==" not in r]
     assert not {requirement_name(r) for r in core} & frameworks
 
+
+def test_every_notebook_installs_from_a_source_that_exists():
+    cells = install_cells()
+    assert set(cells) == {"quickstart.ipynb", "custom_loop.ipynb", "monitor.ipynb"}
+    # One install cell, so the one run below stands for all of them.
+    assert len(set(cells.values())) == 1, cells
+    (cell,) = set(cells.values())
+    # No repository URL: none is published yet, and pip fails on one that
+    # does not exist.
+    assert "git+" not in cell and "https://" not in cell, cell
+    assert "make wheel" in cell and "colab_resume-*-py3-none-any.whl" in cell, cell
+
+
+# A fresh virtualenv gets IPython and the wheel's dependencies from the index.
+@pytest.mark.timeout(900)
+def test_the_notebook_install_cell_installs_the_wheel_and_its_cli_runs(built, tmp_path):
+    wheel, _ = built
     venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
+    run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
-    pip = [sys.executable, "-m", "pip", "--python", python, "install", "-q"]
-    run(*pip, "--no-deps", wheel, cwd=tmp_path)
-    light = [r.split(";")[0] for r in core if requirement_name(r) in LIGHT]
-    assert len(light) == len(LIGHT), core
-    run(*pip, *light, cwd=tmp_path)
+    # IPython, for the cell's %pip (Colab's kernel has it).
+    run(python, "-m", "pip", "install", "-q", "ipython", cwd=tmp_path, timeout=240)
+    (cell,) = set(install_cells().values())
+    cell_file = tmp_path / "install.ipy"
+    cell_file.write_text(cell)
+    ipython = [venv / "bin" / "ipython", "--colors=NoColor", cell_file]
+    env = {"IPYTHONDIR": str(tmp_path / "ipython")}
+
+    # Nothing uploaded: the cell stops and says how to make the wheel.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    failed = subprocess.run(
+        [str(a) for a in ipython],
+        cwd=empty,
+        env={**clean_env(), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert failed.returncode != 0, failed.stdout + failed.stderr
+    assert "FileNotFoundError" in failed.stdout + failed.stderr
+    assert "with `make wheel`" in failed.stdout + failed.stderr
+
+    # The wheel uploaded into the working directory (Colab's /content).
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    shutil.copy(wheel, upload / wheel.name)
+    out = run(*ipython, cwd=upload, timeout=280, env=env)
+    assert f"installing {upload / wheel.name}" in out, out
 
     # A run directory with one session that trained to step 7 and stopped.
     from colab_resume.heartbeat import RunSession, SessionOptions

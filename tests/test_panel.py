@@ -7,6 +7,7 @@ import dataclasses
 import time
 
 import pytest
+from support import wait_for
 
 import colab_resume as cr
 from colab_resume.agent.progress import ProgressTracker
@@ -210,7 +211,7 @@ def test_panel_follows_a_session(tmp_path):
 
 
 def test_monitor_reads_the_run_directory(tmp_path):
-    from colab_resume.heartbeat import RunSession, SessionOptions
+    from colab_resume.heartbeat import RunSession, SessionOptions, read_status
     from colab_resume.report.history import HistoryRecorder
 
     agent = cr.Agent(str(tmp_path / "run"))
@@ -223,7 +224,7 @@ def test_monitor_reads_the_run_directory(tmp_path):
     for step in (10, 20):
         recorder.sample(step, {"loss": 1.0 / step})
     recorder.flush(wait=True)
-    time.sleep(0.5)  # a beat carries state and step
+    wait_for(lambda: read_status(agent.storage).step == 20, 60, "a beat with step 20")
     monitor = cr.panel(agent.run_dir)
     assert "training" in monitor.badge.value
     assert "lease 1" in monitor.heartbeat.value

@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from support import wait_for
 
 from colab_resume.cli import main
 from colab_resume.events import EventLog
@@ -392,14 +393,13 @@ def test_stop_and_ctrl_c_are_clean_ends_not_deaths(tmp_path):
 def test_a_session_taken_over_from_the_monitor_is_not_a_death(tmp_path):
     """A live holder fenced by the monitor's Take over: a takeover, and the
     Take over's own lease (which never trained) is no band."""
-    from colab_resume.heartbeat import RunSession, SessionOptions
+    from colab_resume.heartbeat import RunSession, SessionOptions, read_status
     from colab_resume.panel.monitor import MonitorPanel
 
     storage = Storage(str(tmp_path / "run"))
     holder = RunSession.open(storage, SessionOptions(heartbeat_seconds=0.2))
     holder.update(state="training", step=20)
-
-    time.sleep(0.5)  # a beat carries the step
+    wait_for(lambda: read_status(storage).step == 20, 60, "a beat with step 20")
     MonitorPanel(storage.url).take_over()
     holder.close("stopped")  # fenced: writes nothing more
     report = read_report(storage)

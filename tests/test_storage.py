@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
 import sys
 import textwrap
 import threading
@@ -18,6 +17,8 @@ import google_crc32c
 import pytest
 from faultproxy import FaultMix, FaultProxy, path_contains
 from faultproxy import fault_proxy as fault_proxy  # the fixture
+from support import Process
+from support.starting import start_together
 
 from colab_resume.errors import (
     BucketNotFoundError,
@@ -117,13 +118,15 @@ def test_create_only_race_between_threads(shared_dir: tuple[str, dict]) -> None:
 
 RACER = textwrap.dedent(
     """
-    import os, sys, time
+    import os, sys
     os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+    tests, url, endpoint, me, go = sys.argv[1:]
+    sys.path.insert(0, tests)
+    from support.starting import wait_for_go
     from colab_resume.storage import Storage
-    url, endpoint, me, start_at = sys.argv[1:]
     options = {"token": "anon", "endpoint_url": endpoint} if endpoint else {}
     storage = Storage(url, options)
-    time.sleep(max(0.0, float(start_at) - time.time()))  # start together, imports done
+    wait_for_go(go)  # start together, imports done
     try:
         storage.write_json("lease/1.json", {"writer": me}, create_only=True)
         print("won")
@@ -133,30 +136,25 @@ RACER = textwrap.dedent(
 )
 
 
-def test_create_only_race_between_processes(shared_dir: tuple[str, dict]) -> None:
+def test_create_only_race_between_processes(
+    shared_dir: tuple[str, dict], tmp_path
+) -> None:
     """Four real processes create the same object at once: exactly one wins."""
     url, options = shared_dir
-    start_at = time.time() + 3.0
+    go = tmp_path / "go"
+    tests = os.path.dirname(os.path.abspath(__file__))
+    endpoint = options.get("endpoint_url", "")
     racers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                RACER,
-                url,
-                options.get("endpoint_url", ""),
-                str(i),
-                str(start_at),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        Process([sys.executable, "-c", RACER, tests, url, endpoint, str(i), str(go)])
         for i in range(4)
     ]
-    results = [racer.communicate(timeout=60) for racer in racers]
-    verdicts = [out.strip() for out, _ in results]
-    assert sorted(verdicts) == ["lost", "lost", "lost", "won"], results
+    try:
+        start_together(racers, go)
+        verdicts = [racer.expect("", timeout=60) for racer in racers]
+    finally:
+        for racer in racers:
+            racer.kill()
+    assert sorted(verdicts) == ["lost", "lost", "lost", "won"], verdicts
     winner = verdicts.index("won")
     assert Storage(url, options).read_json("lease/1.json") == {"writer": str(winner)}
 

@@ -3,7 +3,8 @@
 Each gets small parameters through its ``parameters`` cell and a local run
 directory; the checks read what the cells printed and drew. The install
 cell is part of the run: colab_resume is importable here, so it installs
-nothing (in Colab it installs from the repository). The quickstart's JAX
+nothing (in Colab it installs the wheel from an upload or My Drive:
+tests/test_packaging.py runs it that way). The quickstart's JAX
 path runs in tests/on_jax/test_quickstart_jax.py.
 """
 

@@ -85,6 +85,12 @@ class Process:
         return self.popen.poll() is None
 
     @property
+    def stdout(self) -> str:
+        """What it printed so far (for :func:`support.wait_for`; the lines
+        stay in the queue :meth:`expect` reads)."""
+        return "".join(self._stdout)
+
+    @property
     def stderr(self) -> str:
         """What it wrote to stderr so far."""
         return "".join(self._stderr)

@@ -143,6 +143,8 @@ def main() -> int:
                 print(f"EVENT {event.kind} {event.message}", flush=True)
             if event.kind == "lease.taken":
                 print(f"LEASE {event.data['lease']}", flush=True)
+            if event.kind == "heartbeat.failed" and event.level == "error":
+                print(f"EVENT {event.kind} level=error", flush=True)
 
         agent.events.subscribe(record)
 

@@ -4,7 +4,8 @@
 
 Modes: ``train`` advances the step; ``stall`` beats without progress;
 ``race`` tries to take the run once and reports WON or LOST (for lease
-races). Prints ``READY <lease>`` once it holds the run.
+races; ``--go FILE`` lines racers up: support.starting). Prints
+``READY <lease>`` once it holds the run.
 
 ``--identity`` is what its lease says about its process: ``real`` (this
 process, so a reader on this machine can prove it gone), ``other-boot``
@@ -22,6 +23,7 @@ import time
 import uuid
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> int:
@@ -37,10 +39,7 @@ def main() -> int:
         "--identity", choices=["real", "other-boot", "none"], default="real"
     )
     parser.add_argument(
-        "--start-at",
-        type=float,
-        default=None,
-        help="wall-clock time to start at (lines up racers)",
+        "--go", default=None, help="wait for this go file (lines up racers)"
     )
     args = parser.parse_args()
 
@@ -68,8 +67,10 @@ def main() -> int:
         takeover=args.takeover,
     )
     storage.check()  # warm the connection so racers start together
-    if args.start_at:
-        time.sleep(max(0.0, args.start_at - time.time()))
+    if args.go:
+        from support.starting import wait_for_go
+
+        wait_for_go(args.go)
     try:
         session = RunSession.open(storage, session_options, identity=identity)
     except (LeaseRaceError, RunInUseError) as exc:

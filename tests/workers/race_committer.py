@@ -1,14 +1,18 @@
 """A session that races for a run and "commits" like the checkpoint manager.
 
-    python tests/workers/race_committer.py RUN_DIR --endpoint URL --start-at T
+    python tests/workers/race_committer.py RUN_DIR --endpoint URL --go FILE
         --log FILE
 
-Takes the run with ``takeover=True`` at wall-clock time ``T`` (so several
-racers start together), then commits marker objects the way checkpoints
-are committed: ``session.fence()`` first, then a create-only write. Every
-fence check and commit is appended to ``FILE`` as a JSON line with this
-machine's clock, for the test to check against the leases' server times.
-No TensorFlow: the fencing path is what is raced here.
+Takes the run with ``takeover=True`` once the go file exists (so several
+racers start together: support.starting), then commits marker objects the
+way checkpoints are committed: ``session.fence()`` first, then a
+create-only write, until a later session fences it (it holds the run
+until then, so every holder is running when it is superseded). Prints
+``WON <lease>`` or ``LOST``, ``COMMITTED`` after its first commit and
+``FENCED`` when fenced. Every fence check and commit is appended to the
+log as a JSON line with this machine's clock, for the test to check
+against the leases' server times. No TensorFlow: the fencing path is what
+is raced here.
 """
 
 from __future__ import annotations
@@ -20,24 +24,26 @@ import sys
 import time
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("run_dir")
     parser.add_argument("--endpoint", required=True)
-    parser.add_argument("--start-at", type=float, required=True)
+    parser.add_argument("--go", required=True, help="the start line's go file")
     parser.add_argument("--log", required=True)
-    parser.add_argument("--seconds", type=float, default=4.0)
     args = parser.parse_args()
+
+    from support.starting import wait_for_go
 
     from colab_resume.errors import FencedError, LeaseRaceError
     from colab_resume.heartbeat import RunSession, SessionOptions
     from colab_resume.storage import Storage
 
     storage = Storage(args.run_dir, {"token": "anon", "endpoint_url": args.endpoint})
-    storage.check()
-    time.sleep(max(0.0, args.start_at - time.time()))
+    storage.check()  # warm the connection so racers start together
+    wait_for_go(args.go)
     log = open(args.log, "a", buffering=1)
     try:
         session = RunSession.open(
@@ -47,9 +53,8 @@ def main() -> int:
         print("LOST", flush=True)
         return 0
     print(f"WON {session.lease}", flush=True)
-    end = time.monotonic() + args.seconds
     n = 0
-    while time.monotonic() < end:
+    while True:
         n += 1
         checked = time.time()
         try:
@@ -65,9 +70,9 @@ def main() -> int:
             json.dumps({"lease": session.lease, "checked": checked, "path": path})
             + "\n"
         )
+        if n == 1:
+            print("COMMITTED", flush=True)
         time.sleep(0.05)
-    session.close()
-    return 0
 
 
 if __name__ == "__main__":
