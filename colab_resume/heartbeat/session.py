@@ -259,11 +259,11 @@ class RunSession:
         if self.writer.fenced_by == self.lease:
             return FencedError(
                 f"Session {self.session_id} (lease {self.lease}) was fenced: "
-                f"{self.storage.url}/{rundir.LEASE_DIR}/ no longer proves that "
-                f"this session owns the run (its lease was replaced or damaged, "
-                f"or an object that is not a lease was put there), so it stopped "
-                f"writing. Check who else trains this run; rerun to take it over "
-                f"cleanly."
+                f"{self.storage.url}/{rundir.lease_path(self.lease)} no longer "
+                f"names this session, or {rundir.LEASE_DIR}/ holds what is not a "
+                f"lease ({self.writer.fenced_why}), so it cannot prove it owns the "
+                f"run and stopped writing. Check who else trains this run; rerun "
+                f"to take it over cleanly."
             )
         return FencedError(
             f"Session {self.session_id} (lease {self.lease}) was fenced: a newer "

@@ -84,6 +84,7 @@ class HeartbeatWriter:
         self.failures = 0  # consecutive failed beats
         self.last_error: BaseException | None = None
         self.fenced_by: int | None = None
+        self.fenced_why = ""  # what made the lease LOST, in words
 
     # --- what the training loop tells us --------------------------------------
 
@@ -223,6 +224,7 @@ class HeartbeatWriter:
             return
         # LOST: lease N itself now names another session (or is unreadable).
         self.fenced_by = verdict.by if verdict.by is not None else self._lease.lease
+        self.fenced_why = verdict.why
         self._stop.set()
         why = (
             f"a newer session took lease {verdict.by}"
