@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test suite demo lint bench chaos clean colab-test browser-test jax-test pictures wheel
+.PHONY: test suite demo lint docs bench chaos clean colab-test browser-test jax-test pictures wheel
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,12 +15,12 @@ $(STAMP): setup.py pyproject.toml
 	touch $(STAMP)
 
 # Every phase, in this order: lint (CI runs `make test` only, so this is
-# where lint is enforced), the main suite, the JAX tests in their own
+# where lint is enforced), the documentation site built strictly, the main suite, the JAX tests in their own
 # virtualenv without TensorFlow, and the panel clicked in two browser
 # frontends (each in its own virtualenv). A failing phase does not skip the
 # ones after it: all run, the failures are listed at the end, and the exit
 # status is non-zero if any failed.
-TEST_PHASES := lint suite jax-test browser-test
+TEST_PHASES := lint docs suite jax-test browser-test
 test: $(STAMP)
 	@failed=""; \
 	for phase in $(TEST_PHASES); do \
@@ -61,6 +61,19 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check colab_resume tests bench
 	$(VENV)/bin/ruff format --check colab_resume tests bench
 	$(VENV)/bin/mypy
+
+# The documentation site (mkdocs.yml) into build/site, strictly: a broken
+# link, a missing include or a docstring griffe cannot read fails it. Its own
+# virtualenv, pinned by docs/requirements.txt; the API reference is read from
+# the source, so it needs neither TensorFlow nor the package installed.
+DOCS_VENV := build/venv-docs
+$(DOCS_VENV)/.installed: docs/requirements.txt
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install --quiet -r docs/requirements.txt
+	touch $@
+
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --site-dir build/site
 
 # The panel's real-kernel click test again, with the versions Colab runs
 # (ipywidgets 7.7 + ipykernel 6 + IPython 7.34) in a second virtualenv, which
@@ -109,7 +122,7 @@ browser-test: $(STAMP) $(BROWSER_VENV)/.installed $(COLAB_VENV)/.installed
 	COLAB_RESUME_TF_PYTHON=$(abspath $(PY)) COLAB_RESUME_COLAB_PYTHON=$(abspath $(COLAB_VENV))/bin/python \
 		$(BROWSER_VENV)/bin/python -m pytest -q --durations=5 tests/browser $(BROWSER_TEST_ARGS)
 
-# The README's pictures, drawn by today's code: the live panel as the
+# The documentation's pictures, drawn by today's code: the live panel as the
 # JupyterLab browser test sees it (after Checkpoint now), and the report of
 # a demo run (a session SIGKILLed, found dead, its successor resuming).
 PICTURES_RUN := build/pictures/demo-run

@@ -31,9 +31,11 @@ def inspect(
         The run's :class:`RunStatus`.
 
     Raises:
-        UnsupportedURLError, BucketNotFoundError, NoCredentialsError,
-        PermissionDeniedError: the run directory cannot be read; the
-        message says how to fix it.
+        UnsupportedURLError: the URL's scheme is not one that works.
+        BucketNotFoundError: the bucket does not exist.
+        NoCredentialsError: no credentials were found.
+        PermissionDeniedError: the run directory cannot be read with them.
+            Each message says how to fix it.
         RunDirNotFoundError: a local run directory that does not exist (a
             typo: a session creates its run directory).
     """
