@@ -108,7 +108,10 @@ def test_damaged_heartbeat_is_reported_not_a_crash():
     ("kwargs", "message"),
     [
         ({"heartbeat_seconds": 0}, "heartbeat_seconds must be a number of seconds > 0"),
-        ({"heartbeat_seconds": 10, "dead_after_seconds": 5}, "must exceed heartbeat"),
+        (
+            {"heartbeat_seconds": 10, "dead_after_seconds": 5},
+            "must be longer than heartbeat_seconds",
+        ),
         (
             {"stall_after_seconds": -1},
             "stall_after_seconds must be a number of seconds > 0",

@@ -28,9 +28,9 @@ from colab_resume.agent.steps import StepHook
 from colab_resume.checkpoint import CheckpointManager
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, RunStatus, read_status
-from colab_resume.runtime import Accelerator, Connection, ConnectOptions
+from colab_resume.runtime import Accelerator, Connection
 from colab_resume.runtime.diagnose import require_keras
-from colab_resume.storage import RetryPolicy, Storage
+from colab_resume.storage import Storage
 from colab_resume.validate import check_int
 
 log = logging.getLogger(__name__)
@@ -66,16 +66,12 @@ class Agent:
         self.storage = Storage(
             run_dir,
             self.options.storage_options,
-            retry=RetryPolicy(total_seconds=self.options.storage_retry_seconds),
+            retry=self.options.storage_retry,
             on_retry=self._storage_retried,
         )
         self.controls = Controls()
         self.accelerator = Accelerator(
-            ConnectOptions(
-                prefer=self.options.prefer,
-                cpu_replicas=self.options.cpu_replicas,
-                precision=self.options.precision,
-            ),
+            self.options.connect,
             events=self.events,
         )
         self._loop = RunLoop(

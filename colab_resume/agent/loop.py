@@ -30,6 +30,7 @@ Garden's orbit: the loop owns time and failure, the driver owns the model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import threading
@@ -48,13 +49,11 @@ from colab_resume.checkpoint import (
     CheckpointManager,
     RestoredInfo,
     SaveTriggers,
-    TriggerOptions,
 )
 from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.events import EventLog
-from colab_resume.heartbeat import RunSession, SessionOptions
+from colab_resume.heartbeat import RunSession
 from colab_resume.listing import read_leases
-from colab_resume.retry import RetryPolicy
 from colab_resume.runtime import Accelerator, Connection, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
@@ -92,13 +91,8 @@ class RunLoop:
         self.checkpoints: CheckpointManager | None = None
         self.duties: StepDuties | None = None
         self.recoveries = 0
-        # The one retry policy type (colab_resume.retry): a wait per recovery,
-        # doubling from recovery_backoff_seconds.
-        first = options.recovery_backoff_seconds
-        self._recovery_backoff = RetryPolicy(
-            initial_seconds=first,
-            max_seconds=first * 2 ** max(0, options.max_recoveries - 1),
-        )
+        # A wait per recovery, doubling from recovery_backoff_seconds.
+        self._recovery_backoff = options.recovery
         self.sleep = sleep
         self.stopped = False  # the last drive ended on stop(), before its end
         self.step_hooks: list[StepHook] = []
@@ -148,13 +142,7 @@ class RunLoop:
         """Take the lease (waiting out a silent holder); open its checkpoints."""
         session = RunSession.open(
             self.storage,
-            SessionOptions(
-                heartbeat_seconds=self.options.heartbeat_seconds,
-                dead_after_seconds=self.options.dead_after_seconds,
-                stall_after_seconds=self.options.stall_after_seconds,
-                takeover=self.options.takeover,
-                expected_run_id=self.options.run_id,
-            ),
+            self.options.session,
             events=self.events,
             on_countdown=self.progress.countdown,
         )
@@ -165,9 +153,10 @@ class RunLoop:
             lease=session.lease,
             fence=session.fence,
             events=self.events,
-            keep=self.options.keep,
-            keep_every_steps=self.options.keep_every_steps,
-            io_device=connection.io_device if connection else None,
+            config=dataclasses.replace(
+                self.options.checkpoints,
+                io_device=connection.io_device if connection else None,
+            ),
         )
         self.session, self.checkpoints = session, manager
         return session, manager
@@ -281,10 +270,8 @@ class RunLoop:
         """The inner loop's duties from ``start`` on."""
         age = vm_age()
         triggers = SaveTriggers(
-            TriggerOptions(
-                every_steps=self.options.save_every_steps,
-                every_seconds=self.options.save_every_seconds,
-                lifetime_seconds=self.options.lifetime_seconds,
+            dataclasses.replace(
+                self.options.triggers,
                 boot_time=time.time() - age.seconds if age else None,
             ),
             start_step=start,

@@ -1,4 +1,12 @@
-"""The Agent's settings, checked up front (docs/DESIGN.md §5)."""
+"""The Agent's settings, checked up front (docs/DESIGN.md §5).
+
+Users pass flat keyword arguments (``save_every_steps=``, ``keep=``,
+``prefer=``...); each one belongs to the option class of the part that uses
+it, and :class:`AgentOptions` is composed of those objects. A field's
+default and its check live once, in the class that owns it; this module
+only says which flat name goes where (``_FLAT``) and checks the few options
+no part owns.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +14,55 @@ import dataclasses
 import difflib
 from typing import Any
 
-from colab_resume import defaults
-from colab_resume.checkpoint.triggers import DEFAULT_LIFETIME_SECONDS
-from colab_resume.heartbeat.session import (
-    BEATS_BEFORE_DEAD,
-    DEFAULT_HEARTBEAT_SECONDS,
-    RUN_ID_PATTERN,
-)
-from colab_resume.validate import check_bool, check_int, check_seconds
+from colab_resume.checkpoint.manager import CheckpointConfig
+from colab_resume.checkpoint.triggers import TriggerOptions
+from colab_resume.heartbeat.session import SessionOptions
+from colab_resume.retry import RetryPolicy
+from colab_resume.runtime.options import ConnectOptions
+from colab_resume.validate import build, check_bool, check_int
+
+# The part each flat option configures: flat name -> (part, that part's
+# field). The order is the order the options are listed in messages.
+_FLAT: dict[str, tuple[str, str]] = {
+    "save_every_steps": ("triggers", "every_steps"),
+    "save_every_seconds": ("triggers", "every_seconds"),
+    "keep": ("checkpoints", "keep"),
+    "keep_every_steps": ("checkpoints", "keep_every_steps"),
+    "heartbeat_seconds": ("session", "heartbeat_seconds"),
+    "dead_after_seconds": ("session", "dead_after_seconds"),
+    "stall_after_seconds": ("session", "stall_after_seconds"),
+    "takeover": ("session", "takeover"),
+    "storage_options": ("", "storage_options"),
+    "prefer": ("connect", "prefer"),
+    "cpu_replicas": ("connect", "cpu_replicas"),
+    "precision": ("connect", "precision"),
+    "max_recoveries": ("", "max_recoveries"),
+    "recovery_backoff_seconds": ("recovery", "initial_seconds"),
+    "lifetime_seconds": ("triggers", "lifetime_seconds"),
+    "storage_retry_seconds": ("storage_retry", "total_seconds"),
+    "run_id": ("session", "expected_run_id"),
+    "reset_data_fingerprints": ("", "reset_data_fingerprints"),
+}
+OPTIONS = tuple(_FLAT)
+
+# The options no part owns, with their defaults ("" in _FLAT: the Agent's).
+RECOVERY_BACKOFF_SECONDS = 2.0
+_OWN_DEFAULTS: dict[str, Any] = {
+    "storage_options": None,
+    "max_recoveries": 3,
+    "reset_data_fingerprints": False,
+}
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class AgentOptions:
     """Everything :class:`~colab_resume.Agent` is configured with.
 
-    Attributes:
+    Built from flat keyword arguments, ``AgentOptions(keep=5, prefer="cpu")``;
+    each is readable back flat (``options.keep``) and lives in the part that
+    uses it (``options.checkpoints.keep``).
+
+    Args:
         save_every_steps: checkpoint every N steps (None: no step trigger).
         save_every_seconds: checkpoint every T seconds (None: no time trigger).
         keep: newest committed checkpoints to keep.
@@ -56,97 +98,117 @@ class AgentOptions:
             raising ``NonDeterministicDatasetError``: for the one run after
             fixing a non-deterministic ``make_dataset``. An event says what
             was discarded.
+
+    Attributes:
+        session: how the session beats and judges the one before it.
+        triggers: when to save (``boot_time`` is filled in per session).
+        checkpoints: how checkpoints are kept (``io_device`` is filled in
+            once connected).
+        connect: how to pick and set up the accelerator.
+        storage_retry: how long one storage call retries.
+        recovery: the wait between recoveries, doubling from
+            ``recovery_backoff_seconds`` up to the last of
+            ``max_recoveries``.
+        storage_options: as given.
+        max_recoveries: as given.
+        reset_data_fingerprints: as given.
+
+    Raises:
+        TypeError: an option that does not exist (the message suggests the
+            closest one and lists them all).
+        ValueError: a bad value (the message names the option and the fix).
     """
 
-    save_every_steps: int | None = None
-    save_every_seconds: float | None = defaults.SAVE_EVERY_SECONDS
-    keep: int = defaults.KEEP
-    keep_every_steps: int | None = None
-    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
-    dead_after_seconds: float | None = None
-    stall_after_seconds: float = defaults.STALL_AFTER_SECONDS
-    takeover: bool = False
-    storage_options: dict[str, Any] | None = None
-    prefer: str = "auto"
-    cpu_replicas: int = 1
-    precision: str = "auto"
-    max_recoveries: int = 3
-    recovery_backoff_seconds: float = 2.0
-    lifetime_seconds: float | None = DEFAULT_LIFETIME_SECONDS
-    storage_retry_seconds: float = defaults.STORAGE_RETRY_SECONDS
-    run_id: str | None = None
-    reset_data_fingerprints: bool = False
+    session: SessionOptions
+    triggers: TriggerOptions
+    checkpoints: CheckpointConfig
+    connect: ConnectOptions
+    storage_retry: RetryPolicy
+    recovery: RetryPolicy
+    storage_options: dict[str, Any] | None
+    max_recoveries: int
+    reset_data_fingerprints: bool
 
-    def __post_init__(self) -> None:
-        if self.save_every_steps is None and self.save_every_seconds is None:
+    def __init__(self, **options: Any) -> None:
+        for name in options:
+            if name not in _FLAT:
+                close = difflib.get_close_matches(name, OPTIONS, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise TypeError(
+                    f"Agent got an unknown option {name!r}.{hint} The options "
+                    f"are: {', '.join(OPTIONS)}."
+                )
+        values: dict[str, dict[str, Any]] = {}
+        names: dict[str, dict[str, str]] = {}
+        for flat, (owner, field) in _FLAT.items():
+            names.setdefault(owner, {})[field] = flat
+            if flat in options:
+                values.setdefault(owner, {})[field] = options[flat]
+        own = {**_OWN_DEFAULTS, **values.get("", {})}
+
+        def part(name: str, make: Any) -> None:
+            made = build(make, names[name], **values.get(name, {}))
+            object.__setattr__(self, name, made)
+
+        part("triggers", TriggerOptions)
+        if self.triggers.every_steps is None and self.triggers.every_seconds is None:
             raise ValueError(
                 "save_every_steps and save_every_seconds are both None, so no "
                 "checkpoint would ever be written. Set at least one, e.g. "
                 "save_every_seconds=600."
             )
-        for name in ("save_every_steps", "keep_every_steps"):
-            check_int(name, getattr(self, name), optional=True)
-        check_int("keep", self.keep)
-        check_int("max_recoveries", self.max_recoveries, minimum=0)
-        for name in ("save_every_seconds", "dead_after_seconds", "lifetime_seconds"):
-            check_seconds(name, getattr(self, name), optional=True)
-        for name in (
-            "heartbeat_seconds",
-            "stall_after_seconds",
-            "recovery_backoff_seconds",
-            "storage_retry_seconds",
-        ):
-            check_seconds(name, getattr(self, name))
-        check_bool("takeover", self.takeover)
+        part("checkpoints", CheckpointConfig)
+        part("session", SessionOptions)
         check_bool(
             "reset_data_fingerprints",
-            self.reset_data_fingerprints,
+            own["reset_data_fingerprints"],
             hint="Set it True for one run after fixing a non-deterministic "
             "make_dataset.",
         )
-        if self.run_id is not None and not (
-            isinstance(self.run_id, str) and RUN_ID_PATTERN.fullmatch(self.run_id)
-        ):
-            raise ValueError(
-                f"run_id must be 1-128 letters, digits, '.', '_' or '-' (or None), "
-                f"got {self.run_id!r}; e.g. run_id='mnist-resnet-v3'."
-            )
-        if (
-            self.dead_after_seconds is not None
-            and self.dead_after_seconds <= self.heartbeat_seconds
-        ):
-            raise ValueError(
-                f"dead_after_seconds ({self.dead_after_seconds:g}) must be longer "
-                f"than heartbeat_seconds ({self.heartbeat_seconds:g}), or a live "
-                f"session would look dead between two beats; e.g. "
-                f"dead_after_seconds={BEATS_BEFORE_DEAD * self.heartbeat_seconds:g} "
-                f"({BEATS_BEFORE_DEAD} beats), or "
-                f"None for that default."
-            )
-        if self.storage_options is not None and not isinstance(
-            self.storage_options, dict
+        if own["storage_options"] is not None and not isinstance(
+            own["storage_options"], dict
         ):
             raise ValueError(
                 f"storage_options must be a dict of fsspec options (e.g. "
-                f"{{'token': 'anon'}}) or None, got {self.storage_options!r}."
+                f"{{'token': 'anon'}}) or None, got {own['storage_options']!r}."
             )
+        check_int("max_recoveries", own["max_recoveries"], minimum=0)
+        for name, value in own.items():
+            object.__setattr__(self, name, value)
+        part("connect", ConnectOptions)
+        part("storage_retry", RetryPolicy)
+        # The Agent's own default first wait (RetryPolicy's is a storage
+        # call's); the cap is the wait before the last recovery.
+        values.setdefault("recovery", {}).setdefault(
+            "initial_seconds", RECOVERY_BACKOFF_SECONDS
+        )
+        part("recovery", RetryPolicy)
+        first = self.recovery.initial_seconds
+        object.__setattr__(
+            self,
+            "recovery",
+            dataclasses.replace(
+                self.recovery, max_seconds=first * 2 ** max(0, self.max_recoveries - 1)
+            ),
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # The flat names read back from the part that owns them. Only called
+        # for a name that is not a real attribute.
+        where = _FLAT.get(name)
+        if where is None or not where[0]:
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}"
+            )
+        return getattr(object.__getattribute__(self, where[0]), where[1])
 
 
 def agent_options(**options: Any) -> AgentOptions:
-    """``AgentOptions(**options)``, answering a misspelt name with "did you mean".
+    """``AgentOptions(**options)`` (kept for its callers).
 
     Raises:
         TypeError: an option that does not exist (the message suggests the
             closest one and lists them all).
         ValueError: a bad value (the message names the field and the fix).
     """
-    known = [f.name for f in dataclasses.fields(AgentOptions)]
-    for name in options:
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise TypeError(
-                f"Agent got an unknown option {name!r}.{hint} The options are: "
-                f"{', '.join(known)}."
-            )
     return AgentOptions(**options)

@@ -43,6 +43,7 @@ from colab_resume.events import EventLog
 from colab_resume.listing import RunListing
 from colab_resume.rundir import CheckpointName
 from colab_resume.storage import Storage
+from colab_resume.validate import check_int
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +91,12 @@ class CheckpointConfig:
                 f"CheckpointConfig.{name} must be {need}, got {getattr(self, name)!r}."
             )
 
-        if not _is_int(self.keep) or self.keep < 1:
-            fail("keep", "an int >= 1 (the newest checkpoint is always kept)")
-        if self.keep_every_steps is not None and (
-            not _is_int(self.keep_every_steps) or self.keep_every_steps < 1
-        ):
-            fail("keep_every_steps", "an int >= 1 or None")
+        # The Agent's flat keep= and keep_every_steps= are checked here
+        # (through validate.build, which names them as the user typed them).
+        check_int("CheckpointConfig.keep", self.keep)
+        check_int(
+            "CheckpointConfig.keep_every_steps", self.keep_every_steps, optional=True
+        )
         if self.staging_dir is not None and not isinstance(self.staging_dir, str):
             fail("staging_dir", "a local directory path or None")
         if self.io_device is not None and not (
@@ -129,6 +130,7 @@ class CheckpointManager:
             session owns the run; called right before every commit and delete.
         events: where commits, stalls, failures and progress are reported.
         clock: monotonic clock for durations (injectable).
+        config: the settings, whole (then no ``**options``).
         **options: fields of :class:`CheckpointConfig` (``keep=``,
             ``keep_every_steps=``, ``staging_dir=``, ``io_device=``...).
     """
@@ -141,13 +143,16 @@ class CheckpointManager:
         fence: Callable[[], None],
         events: EventLog,
         clock: Callable[[], float] = time.monotonic,
+        config: CheckpointConfig | None = None,
         **options: Any,
     ) -> None:
         if not _is_int(lease) or lease < 1:
             raise ValueError(f"lease must be an int >= 1, got {lease!r}.")
         if not callable(fence):
             raise TypeError(f"fence must be callable, got {fence!r}.")
-        self.config = CheckpointConfig(**options)
+        if config is not None and options:
+            raise TypeError(f"pass config= or {sorted(options)}, not both.")
+        self.config = config if config is not None else CheckpointConfig(**options)
         self.storage = storage
         self.lease = lease
         self._fence = fence

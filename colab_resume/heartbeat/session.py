@@ -81,22 +81,23 @@ class SessionOptions:
     expected_run_id: str | None = None
 
     def __post_init__(self) -> None:
-        check_seconds(
-            "heartbeat_seconds",
-            self.heartbeat_seconds,
-            hint=f"{DEFAULT_HEARTBEAT_SECONDS:g} is a good default.",
-        )
+        # The one home of these checks: the Agent's flat options of the same
+        # names are checked here, so the wording is the Agent's.
+        check_seconds("heartbeat_seconds", self.heartbeat_seconds)
         check_seconds("dead_after_seconds", self.dead_after_seconds, optional=True)
-        if self.dead_after_seconds is not None and not (
-            self.dead_after_seconds > self.heartbeat_seconds
-        ):
-            raise ValueError(
-                f"dead_after_seconds must exceed heartbeat_seconds "
-                f"({self.heartbeat_seconds}), got {self.dead_after_seconds!r}; "
-                f"leave it None for {BEATS_BEFORE_DEAD} beats."
-            )
         check_seconds("stall_after_seconds", self.stall_after_seconds)
         check_bool("takeover", self.takeover)
+        if (
+            self.dead_after_seconds is not None
+            and self.dead_after_seconds <= self.heartbeat_seconds
+        ):
+            raise ValueError(
+                f"dead_after_seconds ({self.dead_after_seconds:g}) must be longer "
+                f"than heartbeat_seconds ({self.heartbeat_seconds:g}), or a live "
+                f"session would look dead between two beats; e.g. "
+                f"dead_after_seconds={BEATS_BEFORE_DEAD * self.heartbeat_seconds:g} "
+                f"({BEATS_BEFORE_DEAD} beats), or None for that default."
+            )
         # Readers treat a lease beyond these bounds as damage: never write one.
         if not self.dead_after <= MAX_DEAD_AFTER_SECONDS:
             raise ValueError(
@@ -114,8 +115,8 @@ class SessionOptions:
             and RUN_ID_PATTERN.fullmatch(self.expected_run_id)
         ):
             raise ValueError(
-                f"run_id must be 1-128 letters, digits, '.', '_' or '-', got "
-                f"{self.expected_run_id!r}; e.g. run_id='mnist-resnet-v3'."
+                f"run_id must be 1-128 letters, digits, '.', '_' or '-' (or None), "
+                f"got {self.expected_run_id!r}; e.g. run_id='mnist-resnet-v3'."
             )
 
     @property
