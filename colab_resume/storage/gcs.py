@@ -1,4 +1,4 @@
-"""The gcsfs filesystem as the run directory uses it: one try per request.
+"""The Cloud Storage store, and the gcsfs filesystem it uses: one try per request.
 
 gcsfs retries inside each request (up to 6 tries, sleeping 1, 2, 4... up
 to 32 s between them), invisible to the caller. Under our
@@ -17,14 +17,25 @@ bucket against an emulator. Our protocol needs no HNS features.
 
 from __future__ import annotations
 
+import contextlib
+import email.utils
 import logging
+import time
 from typing import Any
 
 import fsspec.asyn
 from gcsfs.core import GCSFileSystem
 
+from colab_resume.errors import (
+    BucketNotFoundError,
+    PermissionDeniedError,
+    UnsupportedURLError,
+)
+from colab_resume.redact import redact
 from colab_resume.storage import auth
 from colab_resume.storage.checksum import StreamingCrc32c
+from colab_resume.storage.faults import http_status
+from colab_resume.storage.fsspec_store import FsspecStore
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +43,8 @@ log = logging.getLogger(__name__)
 _RETRYING_METHODS = ("_request", "_get_file_request", "_get_file_concurrent")
 # Bytes read from a download response at a time.
 _CHUNK = 1 << 20
+# Object metadata key naming the write call that created a create-only object.
+WRITE_ID_KEY = "colab-resume-write-id"
 
 
 def _single_try(name: str) -> Any:
@@ -117,3 +130,156 @@ def get_file_checked(
         fs.loop, _get_checked, fs, rpath, lpath, timeout=timeout
     )
     return result
+
+
+class GcsStore(FsspecStore):
+    """A run directory in a Cloud Storage bucket; see :class:`Store`.
+
+    Create-only is ``ifGenerationMatch=0`` with a write id kept as object
+    metadata (:meth:`written_by`); ``updated`` and :meth:`server_time` are
+    the server's clock; the bucket's existence and our access to it are
+    checked by :meth:`check`.
+    """
+
+    def __init__(
+        self, url: str, protocol: str, root: str, storage_options: dict[str, Any]
+    ) -> None:
+        options = auth.gcs_options(dict(storage_options))
+        options.setdefault("requests_timeout", 60.0)
+        options.setdefault("use_listings_cache", False)
+        self.principal = auth.describe_principal(options.get("token"))
+        super().__init__(url, protocol, root, options)
+
+    @classmethod
+    def validate_url(cls, url: str, root: str) -> None:
+        if not root:
+            raise UnsupportedURLError(
+                f"run_dir {url!r} names no bucket. Use 'gs://BUCKET/runs/NAME'."
+            )
+
+    def _open(self, options: dict[str, Any]) -> Any:
+        return open_filesystem(options)
+
+    @property
+    def bucket(self) -> str:
+        return self.root.split("/", 1)[0]
+
+    # --- the primitives ----------------------------------------------------
+
+    def check(self, *, timeout: float | None = None) -> None:
+        self._bucket_headers(timeout)
+
+    def _bucket_headers(self, timeout: float | None) -> dict[str, str]:
+        try:
+            headers, _ = self.fs.call(
+                "GET", "b/{}", self.bucket, **self._limit(timeout)
+            )
+        except FileNotFoundError:
+            raise BucketNotFoundError(
+                f"The bucket 'gs://{self.bucket}' of run_dir {self.url!r} does "
+                f"not exist (or is in another project). Create it with "
+                f"`gcloud storage buckets create gs://{self.bucket} "
+                f"--location=<region near your runtime>` or fix the name."
+            ) from None
+        return dict(headers)
+
+    def server_time(self, *, timeout: float | None = None) -> float:
+        """The ``Date`` header of a bucket request (1 s resolution)."""
+        date = self._bucket_headers(timeout).get("Date")
+        if not date:
+            log.warning("storage: no Date header from the server; using local clock")
+            return time.time()
+        # Date is truncated to whole seconds: the midpoint is the unbiased guess.
+        return email.utils.parsedate_to_datetime(date).timestamp() + 0.5
+
+    def exists(self, rel: str, *, timeout: float | None = None) -> bool:
+        # One metadata GET. gcsfs's exists() also probes for a "directory" of
+        # that name, tripling the cost of the fence check made every beat.
+        key = self.path(rel).split("/", 1)[1]
+        try:
+            self.fs.call("GET", "b/{}/o/{}", self.bucket, key, **self._limit(timeout))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def read(
+        self, rel: str, *, max_bytes: int | None = None, timeout: float | None = None
+    ) -> bytes:
+        try:
+            return super().read(rel, max_bytes=max_bytes, timeout=timeout)
+        except Exception as exc:
+            if max_bytes is not None and http_status(exc) == 416:
+                return b""  # no range of an empty object
+            raise
+
+    def write(
+        self,
+        rel: str,
+        data: bytes,
+        *,
+        create_only: bool,
+        write_id: str,
+        timeout: float | None = None,
+    ) -> None:
+        # A create whose response is lost (connection reset, truncated body)
+        # gets retried, and then meets the object it made itself: 412,
+        # FileExistsError, although this write won. The tag tells the two
+        # apart (written_by).
+        tag = {"metadata": {WRITE_ID_KEY: write_id}} if create_only else {}
+        mode = "create" if create_only else "overwrite"
+        self.fs.pipe_file(
+            self.path(rel), data, mode=mode, **tag, **self._limit(timeout)
+        )
+
+    def written_by(
+        self, rel: str, write_id: str, *, timeout: float | None = None
+    ) -> bool:
+        raw = self.fs.info(self.path(rel), **self._limit(timeout))
+        return bool((raw.get("metadata") or {}).get(WRITE_ID_KEY) == write_id)
+
+    def get_file_checked(
+        self, rel: str, local_path: str, *, timeout: float | None = None
+    ) -> tuple[int, str]:
+        """One media GET, no metadata request before it, CRC32C as it streams."""
+        return get_file_checked(self.fs, self.path(rel), local_path, timeout=timeout)
+
+    # --- faults ------------------------------------------------------------
+
+    def refresh_credentials(self) -> None:
+        """Refresh the google-auth credentials unconditionally.
+
+        gcsfs's ``maybe_refresh`` refreshes only tokens the client itself
+        believes expired; a token the server rejects early (revoked, or a
+        clock that disagrees) would be sent again and again.
+        """
+        holder = getattr(self.fs, "credentials", None)  # gcsfs GoogleCredentials
+        credentials = getattr(holder, "credentials", None)
+        if credentials is None or not hasattr(credentials, "refresh"):
+            return  # anonymous: nothing to refresh
+        try:
+            import google.auth.transport.requests
+            import requests
+
+            lock = getattr(holder, "lock", None) or contextlib.nullcontext()
+            with requests.Session() as session, lock:
+                credentials.refresh(google.auth.transport.requests.Request(session))
+                heads = getattr(holder, "heads", None)
+                if isinstance(heads, dict):
+                    credentials.apply(heads)
+        except Exception as exc:  # the retry will report the real fault
+            # Type only: a refresh error's text may quote token material.
+            log.warning(
+                "storage: refreshing credentials failed: %s", type(exc).__name__
+            )
+
+    def permission_denied(
+        self, operation: str, exc: BaseException
+    ) -> PermissionDeniedError:
+        return PermissionDeniedError(
+            f"Permission denied to {operation} in bucket 'gs://{self.bucket}' for "
+            f"{self.principal} ({redact(str(exc))}). Grant that principal "
+            f"read/write access (`gcloud storage buckets add-iam-policy-binding "
+            f"gs://{self.bucket} --member=<principal> "
+            f"--role=roles/storage.objectAdmin`) or authenticate as an account "
+            f"that has it."
+        )

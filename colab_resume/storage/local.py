@@ -1,0 +1,167 @@
+"""A run directory on a local disk (or a mounted one that makes hard links).
+
+A disk has what an object store has not, and the store guards against it:
+symlinks (a linked ``history/`` would send writes and retention's deletes
+outside the run directory), directories where records belong, and the
+empty folders that deleted checkpoints leave. Records are written through
+a temporary file, so readers never see half of one; create-only is an
+atomic hard link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from typing import Any
+
+from colab_resume.errors import RunDirNotFoundError, StorageError, UnsafePathError
+from colab_resume.storage import local_faults
+from colab_resume.storage.backend import ObjectInfo
+from colab_resume.storage.fsspec_store import FsspecStore
+
+# Names of the temporary files of writes in progress (never listed).
+TEMP_PREFIX = ".tmp-"
+
+
+class LocalStore(FsspecStore):
+    """A run directory at a local path; see :class:`.backend.Store`.
+
+    No path below the run directory may be a symlink, and no record path a
+    directory: both raise :class:`~colab_resume.errors.UnsafePathError`
+    rather than being followed.
+    """
+
+    def __init__(
+        self, url: str, protocol: str, root: str, storage_options: dict[str, Any]
+    ) -> None:
+        options = dict(storage_options)
+        options.setdefault("auto_mkdir", True)
+        super().__init__(url, protocol, os.path.abspath(root), options)
+
+    # --- naming ------------------------------------------------------------
+
+    def path(self, rel: str) -> str:
+        if rel:
+            self._refuse_links(rel)
+        return super().path(rel)
+
+    def _refuse_links(self, rel: str) -> None:
+        """Refuse a symlink anywhere below the run directory.
+
+        The run directory itself may be a link; what is inside it is the
+        protocol's, and a link there would send writes and deletions (of
+        retention) to wherever it points.
+        """
+        path = self.root
+        for part in rel.strip("/").split("/"):
+            path = os.path.join(path, part)
+            if os.path.islink(path):
+                raise UnsafePathError(
+                    f"{path} is a symbolic link inside the run directory "
+                    f"{self.url}; colab_resume never follows links there, so "
+                    f"that nothing is written or deleted outside it. Remove the "
+                    f"link (`rm {path}`; move what you need from where it points "
+                    f"first), or to keep the run on another disk point run_dir "
+                    f"there or link the run directory itself."
+                )
+
+    def _record_path(self, rel: str) -> str:
+        """The path of the record ``rel``; refuses a directory there.
+
+        Sessions create records as files, atomically: a directory in a
+        record's place is damage. Read, it would crash the reader
+        (IsADirectoryError); created, it would look like a lost race.
+        """
+        path = self.path(rel)
+        if os.path.isdir(path):
+            raise UnsafePathError(
+                f"{path} is a directory where colab_resume keeps a record (a "
+                f"file); no session makes that, so it is damage. Remove it "
+                f"(`rm -r {path}`) to let the run use that name."
+            )
+        return path
+
+    # --- the primitives ----------------------------------------------------
+
+    def require_run_dir(self) -> None:
+        # A session creates its run directory on its first write: missing
+        # here is a typo, not a run nobody started yet.
+        if not os.path.isdir(self.root):
+            raise RunDirNotFoundError(
+                f"no run directory at {self.root} (a local path). Check the "
+                f"path; for Cloud Storage write gs://BUCKET/runs/NAME."
+            )
+
+    def read(
+        self, rel: str, *, max_bytes: int | None = None, timeout: float | None = None
+    ) -> bytes:
+        self._record_path(rel)
+        return super().read(rel, max_bytes=max_bytes, timeout=timeout)
+
+    def info(self, rel: str, *, timeout: float | None = None) -> ObjectInfo:
+        self._record_path(rel)
+        return super().info(rel, timeout=timeout)
+
+    def list(self, prefix: str, *, timeout: float | None = None) -> list[ObjectInfo]:
+        found = super().list(prefix, timeout=timeout)
+        # The temporary files of writes still in progress are not objects yet.
+        return [
+            o for o in found if not o.path.rsplit("/", 1)[-1].startswith(TEMP_PREFIX)
+        ]
+
+    def write(
+        self,
+        rel: str,
+        data: bytes,
+        *,
+        create_only: bool,
+        write_id: str,
+        timeout: float | None = None,
+    ) -> None:
+        write_atomically(self._record_path(rel), data, create_only)
+
+    def remove_empty_folder(self, rel: str) -> None:
+        # A local run directory would otherwise keep one per deleted checkpoint.
+        with contextlib.suppress(OSError):  # not empty, or already gone
+            os.rmdir(self.path(rel))
+
+    # --- faults ------------------------------------------------------------
+
+    def explain(self, exc: OSError, operation: str) -> StorageError | None:
+        return local_faults.explain(exc, operation, self.root)
+
+
+def write_atomically(path: str, data: bytes, create_only: bool) -> None:
+    """Write via a temporary file so readers never see half a record.
+
+    Create-only uses ``os.link``, which fails atomically if the target
+    exists; overwrite uses ``os.replace``.
+
+    Raises:
+        FileExistsError: create-only, and the record exists.
+        NoHardLinksError: create-only on a file system without hard links.
+    """
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if create_only:
+            try:
+                os.link(tmp, path)  # FileExistsError if someone else was first
+            except FileExistsError:
+                raise
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                    raise  # the disk, not the links: explained by the choke point
+                raise local_faults.no_hard_links(exc, path) from None
+        else:
+            os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
