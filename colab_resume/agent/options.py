@@ -62,38 +62,40 @@ class AgentOptions:
     each is readable back flat (``options.keep``) and lives in the part that
     uses it (``options.checkpoints.keep``).
 
-    Args:
-        save_every_steps: checkpoint every N steps (None: no step trigger).
-        save_every_seconds: checkpoint every T seconds (None: no time trigger).
-        keep: newest committed checkpoints to keep.
-        keep_every_steps: also keep every checkpoint at a multiple of this.
-        heartbeat_seconds: interval between heartbeats (10: a rerun on a
+    Keyword Args:
+        save_every_steps (int | None): checkpoint every N steps (None: no step trigger).
+        save_every_seconds (float | None): checkpoint every T seconds (None: no
+            time trigger).
+        keep (int): newest committed checkpoints to keep.
+        keep_every_steps (int | None): also keep every checkpoint at a multiple of this.
+        heartbeat_seconds (float): interval between heartbeats (10: a rerun on a
             new VM waits at most 40 s after a silent death).
-        dead_after_seconds: silence after which a holder is dead
+        dead_after_seconds (float | None): silence after which a holder is dead
             (None: 4 heartbeats). A rerun on the holder's own host does not
             wait when the holder's process is gone.
-        stall_after_seconds: time without step progress reported as STALLED.
-        takeover: take the run even from a live session (it gets fenced).
-        storage_options: passed to fsspec (``token=``, ``endpoint_url=``...).
-        prefer: ``"auto"``, ``"tpu"``, ``"gpu"`` or ``"cpu"``.
-        cpu_replicas: logical CPU devices for a MirroredStrategy rehearsal.
-        precision: ``"auto"``, ``"float32"``, ``"mixed_bfloat16"``,
+        stall_after_seconds (float): time without step progress reported as STALLED.
+        takeover (bool): take the run even from a live session (it gets fenced).
+        storage_options (dict | None): passed to fsspec (``token=``,
+            ``endpoint_url=``...).
+        prefer (str): ``"auto"``, ``"tpu"``, ``"gpu"`` or ``"cpu"``.
+        cpu_replicas (int): logical CPU devices for a MirroredStrategy rehearsal.
+        precision (str): ``"auto"``, ``"float32"``, ``"mixed_bfloat16"``,
             ``"mixed_float16"``. ``"auto"`` keeps a policy set with
             ``keras.mixed_precision.set_global_policy`` before connecting.
-        max_recoveries: accelerator losses recovered in one session before
+        max_recoveries (int): accelerator losses recovered in one session before
             giving up.
-        recovery_backoff_seconds: first wait before reconnecting; doubles.
-        lifetime_seconds: save once when the VM is this old (Colab ends
+        recovery_backoff_seconds (float): first wait before reconnecting; doubles.
+        lifetime_seconds (float | None): save once when the VM is this old (Colab ends
             runtimes at ~12 h); None disables.
-        storage_retry_seconds: how long one storage call (a checkpoint
+        storage_retry_seconds (float): how long one storage call (a checkpoint
             upload's file, a commit, a read) retries transient faults before
             the run fails with ``StorageUnavailableError``. An outage shorter
             than this costs retries, not the run.
-        run_id: names this run. A new run directory records it; an existing
+        run_id (str | None): names this run. A new run directory records it; an existing
             one whose ``run.json`` names another run is refused
             (``RunMismatchError``) before anything is written. None (the
             default) continues whatever run the directory holds.
-        reset_data_fingerprints: on resume, discard the data fingerprints
+        reset_data_fingerprints (bool): on resume, discard the data fingerprints
             stored with the checkpoint and record new ones, instead of
             raising ``NonDeterministicDatasetError``: for the one run after
             fixing a non-deterministic ``make_dataset``. An event says what
