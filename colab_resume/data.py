@@ -67,58 +67,20 @@ def epoch_dataset(
     Raises:
         DatasetError: it is not a ``tf.data.Dataset``, or it is too short.
     """
-    if backend.is_jax():
-        return numpy_epoch(
-            make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
-        )
-    import tensorflow as tf
-
-    places_skip = accepts_skip(make_dataset)
-    dataset = make_dataset(epoch, skip=skip) if places_skip else make_dataset(epoch)
-    if not isinstance(dataset, tf.data.Dataset):
-        raise DatasetError(
-            f"make_dataset({epoch}) returned {type(dataset).__name__}; it must "
-            f"return a tf.data.Dataset of global batches, e.g. "
-            f"tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch_size)."
-        )
-    if not places_skip:
-        dataset = dataset.skip(skip)
-    cardinality = int(dataset.cardinality())
-    if cardinality >= 0 and cardinality < steps_per_epoch - skip:
-        raise DatasetError(
-            f"make_dataset({epoch}) yields {cardinality + skip} batches but "
-            f"steps_per_epoch is {steps_per_epoch}. Lower steps_per_epoch, or "
-            f".repeat() the dataset inside make_dataset."
-        )
-    return dataset.take(steps_per_epoch - skip)
+    return backend.current().epoch_dataset(
+        make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
+    )
 
 
 def check_global_batch(dataset: Any, replicas: int, epoch: int) -> None:
-    """Refuse batches that cannot be split evenly over ``replicas``.
-
-    TensorFlow would fail deep inside the step with a shape error (``AddN``,
-    ``[17,8] != [16,8]``) on the first uneven batch.
+    """Refuse ``tf.data`` batches that cannot be split evenly over ``replicas``.
 
     Raises:
         DatasetError: a batch's size is not a multiple of ``replicas``.
     """
-    import tensorflow as tf
+    from colab_resume.backend import tensorflow
 
-    if replicas <= 1:
-        return
-    first = tf.nest.flatten(dataset.element_spec)[0]
-    size = first.shape[0] if first.shape.rank else None
-    if size is None:  # not static (no drop_remainder): look at the first batch
-        for batch in dataset.take(1):
-            size = int(tf.nest.flatten(batch)[0].shape[0])
-    if size is not None and size % replicas:
-        good = max(replicas, size - size % replicas)
-        raise DatasetError(
-            f"make_dataset({epoch}) yields batches of {size} examples, which "
-            f"cannot be split evenly over {replicas} replicas. Batch by a "
-            f"multiple of {replicas} (e.g. {good}) — the global batch — with "
-            f".batch(n, drop_remainder=True) so no short batch remains."
-        )
+    tensorflow.check_global_batch(dataset, replicas, epoch)
 
 
 def numpy_epoch(
@@ -243,10 +205,7 @@ def fingerprint(dataset: Any) -> str:
 
 def first_batch_facts(dataset: Any) -> tuple[str, int | None]:
     """The first batch's fingerprint and size (its leading dimension)."""
-    if backend.is_jax():
-        batch = next(iter(dataset), None)
-    else:
-        batch = next(iter(dataset.take(1)), None)
+    batch = backend.current().first_batch_of(dataset)
     return _hash_batch(batch), _batch_size(batch)
 
 

@@ -35,10 +35,10 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from colab_resume import backend
 from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import scalars
-from colab_resume.backend import jax as jax_backend
 from colab_resume.checkpoint import RestoredInfo
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ class ModelState:
         return scalars(self.last_logs)
 
     def snapshot(self) -> Snapshot:
-        jax_backend.sync_fit_state(self.model)  # saved from inside the user's fit
+        backend.current().sync_fit_state(self.model)  # saved from inside the user's fit
         extras = {"steps_per_epoch": self.steps_per_epoch}
         return Snapshot(self.model, self.epoch, self.metrics(), extras)
 

@@ -346,16 +346,7 @@ class ArraySlots:
 
 def _host_variable(shape: tuple[int, ...], dtype: str) -> Any:
     """A zero variable outside any strategy (TF: on the CPU), for host arrays."""
-    if backend.is_jax():
-        import keras
-        import numpy as np
-
-        # Laid out by the global distribution like every variable; fine.
-        return keras.Variable(np.zeros(shape, dtype), trainable=False)
-    import tensorflow as tf
-
-    with tf.device("/cpu:0"), tf.init_scope():
-        return tf.Variable(tf.zeros(shape, dtype), trainable=False)
+    return backend.current().host_variable(shape, dtype)
 
 
 def _to_numpy(variable: Any) -> Any:

@@ -40,14 +40,11 @@ from typing import Any
 
 from colab_resume import backend
 from colab_resume.agent.driver import Snapshot
-from colab_resume.agent.random_ops import RandomOpWatch
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.data import (
     DataFingerprints,
-    check_global_batch,
-    check_numpy_batch,
     epoch_dataset,
     split_step,
 )
@@ -125,59 +122,18 @@ class CustomLoop:
         return Snapshot(self.state, self.epoch, self.metrics(), extras)
 
     def train(self, start_step: int, duties: StepDuties, strategy: Any) -> None:
-        if backend.is_jax():
-            self._train_on_jax(start_step, duties, strategy)
-            return
-        import tensorflow as tf
+        # The backend steps: a tf.function over the strategy, or JAX's
+        # train_step on batches laid out over the devices.
+        backend.current().train_custom(self, start_step, duties, strategy)
 
-        state, user_step = self.state, self.train_step
+    @property
+    def start_epoch(self) -> int:
+        """The epoch training resumed in (set by the first :meth:`epochs` item)."""
+        return self._start_epoch
 
-        @tf.function  # type: ignore[untyped-decorator]  # tensorflow: untyped
-        def distributed_step(iterator: Any) -> Any:
-            outputs = strategy.run(user_step, args=(state, next(iterator)))
-            # SUM, not MEAN: the replicas' values are shares of the global
-            # batch's (see the module docstring).
-            return tf.nest.map_structure(
-                lambda v: strategy.reduce("SUM", v, axis=None), outputs
-            )
-
-        watch: RandomOpWatch | None = RandomOpWatch()
-        for epoch, dataset, steps in self._epochs(start_step):
-            if epoch == self._start_epoch:
-                check_global_batch(dataset, strategy.num_replicas_in_sync, epoch)
-            iterator = iter(strategy.experimental_distribute_dataset(dataset))
-            for _ in range(steps):
-                duties.before_step()
-                if watch is not None:  # the first call traces the step
-                    with watch:
-                        outputs = distributed_step(iterator)
-                    if warning := watch.warning():
-                        self.warn(warning)
-                    watch = None
-                else:
-                    outputs = distributed_step(iterator)
-                # Converting to Python here would wait for the device every step.
-                self.last_outputs = outputs
-                if duties.after_step(duties.step + 1):
-                    return
-
-    def _train_on_jax(
-        self, start_step: int, duties: StepDuties, distribution: Any
-    ) -> None:
-        """JAX: ``train_step`` gets each global batch, laid out over the devices."""
-        from colab_resume.backend import jax as jax_backend
-
-        for epoch, batches, steps in self._epochs(start_step):
-            for index in range(steps):
-                batch = next(batches)
-                if epoch == self._start_epoch and index == 0:
-                    check_numpy_batch(batch, jax_backend.replicas(), epoch)
-                duties.before_step()
-                self.last_outputs = self.train_step(
-                    self.state, jax_backend.lay_out(batch, distribution)
-                )
-                if duties.after_step(duties.step + 1):
-                    return
+    def epochs(self, start_step: int) -> Iterator[tuple[int, Any, int]]:
+        """``(epoch, its dataset positioned at the resumed step, steps in it)``."""
+        return self._epochs(start_step)
 
     def _epochs(self, start_step: int) -> Iterator[tuple[int, Any, int]]:
         """``(epoch, its dataset positioned at the resumed step, steps in it)``."""
@@ -195,7 +151,7 @@ class CustomLoop:
             dataset = epoch_dataset(
                 self.make_dataset, epoch, skip=here, steps_per_epoch=here + steps
             )
-            if not backend.is_jax():  # tf.data's graphs only
+            if backend.current().reads_pipeline_graphs:
                 self.rebuild_watch.check(
                     dataset, epoch=epoch, seconds=time.perf_counter() - started
                 )

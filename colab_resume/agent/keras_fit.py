@@ -33,15 +33,11 @@ from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.random_ops import RandomOpWatch
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
-from colab_resume.backend import jax as jax_backend
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.state import ModelAndExtras
 from colab_resume.data import (
     DataFingerprints,
-    check_global_batch,
-    check_numpy_batch,
     epoch_dataset,
-    first_batch,
     split_step,
 )
 from colab_resume.data_cost import RebuildWatch
@@ -188,7 +184,7 @@ class KerasFit:
 
     def snapshot(self) -> Snapshot:
         history = {"epoch": list(self.history.epoch), "history": self.history.history}
-        jax_backend.sync_fit_state(self.model)
+        backend.current().sync_fit_state(self.model)
         state = self.state
         if self._slots is not None:
             self._slots.store()
@@ -212,8 +208,8 @@ class KerasFit:
         hook = _make_hook(self, duties)
         callbacks = [hook] + ([_make_progbar(self)] if self.verbose != 0 else [])
         # The step is traced during its first call: watch what it creates.
-        # TF only: JAX has no stateful random ops hidden from the checkpoint.
-        self.random_ops = None if backend.is_jax() else RandomOpWatch()
+        # None where no stateful random op can hide from the checkpoint (JAX).
+        self.random_ops = backend.current().random_op_watch()
         try:
             self._train_epochs(start_epoch, skip, callbacks)
         finally:
@@ -243,7 +239,7 @@ class KerasFit:
         span = [built.pop(0)]
         if (
             skip
-            or backend.is_jax()
+            or not backend.current().chains_epochs
             or not spans.boundaries_invisible(
                 self.model, self.validation_data, self.fit_options["validation_steps"]
             )
@@ -266,17 +262,13 @@ class KerasFit:
         dataset = epoch_dataset(
             self.make_dataset, epoch, skip=skip, steps_per_epoch=self.steps_per_epoch
         )
-        if backend.is_jax():
-            if first:
-                batch = first_batch(self.make_dataset, epoch)
-                check_numpy_batch(batch, jax_backend.replicas(), epoch)
-            return dataset
-        self.rebuild_watch.check(
-            dataset, epoch=epoch, seconds=time.perf_counter() - started
-        )
+        chosen = backend.current()
+        if chosen.reads_pipeline_graphs:
+            self.rebuild_watch.check(
+                dataset, epoch=epoch, seconds=time.perf_counter() - started
+            )
         if first:
-            replicas = self.model.distribute_strategy.num_replicas_in_sync
-            check_global_batch(dataset, replicas, epoch)
+            chosen.check_first_batch(self.make_dataset, dataset, epoch, self.model)
         return dataset
 
     def _fit_span(
@@ -496,17 +488,7 @@ def _outside_scope(model: Any) -> bool:
     a model made before the agent's scope has none, or an older one.
     JAX has no strategy scope (its distribution is global).
     """
-    if backend.is_jax():
-        return False
-    import tensorflow as tf
-
-    if not tf.distribute.has_strategy():
-        return False  # built for a test or a tool, outside any scope
-    # A private attribute: Keras's public distribute_strategy falls back to
-    # the strategy in scope, which would hide the difference.
-    missing = object()
-    recorded = getattr(model, "_distribute_strategy", missing)
-    return recorded is not missing and recorded is not tf.distribute.get_strategy()
+    return backend.current().outside_scope(model)
 
 
 def _new_history(

@@ -52,10 +52,17 @@ _REPLICA_SCOPE = re.compile(r"^replica_\d+/")
 
 
 class RandomOpWatch:
-    """Collects the stateful random ops created in graphs while it is open."""
+    """Collects the stateful random ops created in graphs while it is open.
 
-    def __init__(self) -> None:
+    Args:
+        hooks: TensorFlow's op-callback registry (``add_op_callback`` and
+            ``remove_op_callback``), handed in by the TensorFlow backend; None
+            watches nothing (a TensorFlow without the hook).
+    """
+
+    def __init__(self, hooks: Any = None) -> None:
         self.found: list[str] = []
+        self._hooks = hooks
         self._callbacks: Any = None
 
     def _seen(
@@ -75,12 +82,10 @@ class RandomOpWatch:
             self.found.append(f"{op_type} ({name})")
 
     def __enter__(self) -> RandomOpWatch:
-        try:
-            from tensorflow.python.framework import op_callbacks
-        except ImportError:  # a TensorFlow without the hook: nothing to watch
+        if self._hooks is None:
             return self
-        self._callbacks = op_callbacks
-        op_callbacks.add_op_callback(self._seen)
+        self._callbacks = self._hooks
+        self._hooks.add_op_callback(self._seen)
         return self
 
     def __exit__(self, *exc_info: object) -> None:

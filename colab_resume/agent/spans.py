@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from colab_resume import dataset_graph
+from colab_resume import backend, dataset_graph
 
 MAX_EPOCHS = 8
 
@@ -87,13 +87,6 @@ def chain(datasets: Sequence[Any]) -> Any:
     Raises:
         TypeError: their elements differ in structure or type.
     """
-    if len(datasets) == 1:  # also every JAX epoch: no TensorFlow there
+    if len(datasets) == 1:  # also every JAX epoch: no framework needed
         return datasets[0]
-    import tensorflow as tf
-
-    combined = datasets[0]
-    for dataset in datasets[1:]:
-        combined = combined.concatenate(dataset)
-    # A filter that keeps everything: its output's length is unknown to
-    # tf.data (see the module docstring), at a negligible cost per batch.
-    return combined.filter(lambda *batch: tf.constant(True))
+    return backend.current().chain(datasets)

@@ -1,10 +1,12 @@
 """Which Keras backend trains, and what only that backend knows.
 
-The TensorFlow path keeps its code where it always was (``runtime``,
-``checkpoint.state``); the JAX path lives in :mod:`colab_resume.backend.jax`
-and never imports TensorFlow.
+:func:`current` returns the process' :class:`Backend`; the agent, the data
+path and the checkpoints ask it instead of branching on the framework.
+TensorFlow's answers live in :mod:`colab_resume.backend.tensorflow`, JAX's
+in :mod:`colab_resume.backend.jax`, which never imports TensorFlow.
 """
 
-from colab_resume.backend.current import is_jax, name
+from colab_resume.backend.base import Backend
+from colab_resume.backend.current import current, is_jax, name
 
-__all__ = ["is_jax", "name"]
+__all__ = ["Backend", "current", "is_jax", "name"]

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from colab_resume.backend.base import Backend
+
+_chosen: dict[str, Backend] = {}
 
 
 def name() -> str:
@@ -23,6 +29,28 @@ def name() -> str:
 def is_jax() -> bool:
     """True when Keras trains with JAX (the TensorFlow path is not taken)."""
     return name() == "jax"
+
+
+def current() -> Backend:
+    """The :class:`~colab_resume.backend.base.Backend` Keras trains with.
+
+    Chosen once per backend name, like Keras' own backend: a process asks
+    the same instance every time. Only TensorFlow and JAX are supported;
+    any other Keras backend gets TensorFlow's answers, as before.
+    """
+    which = "jax" if is_jax() else "tensorflow"
+    chosen = _chosen.get(which)
+    if chosen is None:
+        if which == "jax":
+            from colab_resume.backend.jax import JaxBackend
+
+            chosen = JaxBackend()
+        else:
+            from colab_resume.backend.tensorflow import TensorFlowBackend
+
+            chosen = TensorFlowBackend()
+        chosen = _chosen.setdefault(which, chosen)
+    return chosen
 
 
 def _configured() -> str:

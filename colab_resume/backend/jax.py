@@ -21,8 +21,10 @@ import dataclasses
 import os
 import re
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from colab_resume.backend.base import CustomLoop, StepHooks
 from colab_resume.runtime.errors import AcceleratorNotFoundError, LogicalDevicesError
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -140,12 +142,9 @@ def sync_fit_state(model: Any) -> None:
     Mid-epoch, Keras' JAX trainer keeps the trained values in its own state
     and leaves the variables stale (their buffers may have been donated to
     a step, and deleted): a save from inside ``fit`` must call this first.
-    Nothing happens off JAX or outside ``fit``.
+    Nothing happens outside ``fit``.
     """
-    from colab_resume.backend.current import is_jax
-
-    if is_jax():
-        model.jax_state_sync()
+    model.jax_state_sync()
 
 
 def forget_compiled() -> None:
@@ -177,3 +176,105 @@ def lay_out(batch: Any, distribution: Any) -> Any:
         return jax.device_put(array, layout.backend_layout)
 
     return keras.tree.map_structure(put, batch)
+
+
+class JaxBackend:
+    """:class:`~colab_resume.backend.base.Backend` for Keras on JAX.
+
+    Epochs are NumPy batches (no ``tf.data``), checkpoints host arrays only.
+    """
+
+    name = "jax"
+    portable_only = True
+    # One fit call per epoch: a chained Python iterator has no graph to
+    # tell whether its epochs' boundaries stay invisible.
+    chains_epochs = False
+    reads_pipeline_graphs = False
+
+    def epoch_dataset(
+        self,
+        make_dataset: Callable[..., Any],
+        epoch: int,
+        *,
+        skip: int,
+        steps_per_epoch: int,
+    ) -> Any:
+        from colab_resume.data import numpy_epoch
+
+        return numpy_epoch(
+            make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
+        )
+
+    def first_batch_of(self, dataset: Any) -> Any:
+        return next(iter(dataset), None)
+
+    def check_first_batch(
+        self, make_dataset: Callable[..., Any], dataset: Any, epoch: int, model: Any
+    ) -> None:
+        # Built again: looking into ``dataset`` would consume its first batch.
+        from colab_resume.data import check_numpy_batch, first_batch
+
+        check_numpy_batch(first_batch(make_dataset, epoch), replicas(), epoch)
+
+    def chain(self, datasets: Sequence[Any]) -> Any:
+        if len(datasets) != 1:
+            raise ValueError(
+                "JAX epochs are not chained (chains_epochs is False): pass one "
+                "epoch's batches."
+            )
+        return datasets[0]
+
+    def random_op_watch(self) -> Any:
+        """None: JAX has no stateful random ops hidden from the checkpoint."""
+        return None
+
+    def sync_fit_state(self, model: Any) -> None:
+        sync_fit_state(model)
+
+    def outside_scope(self, model: Any) -> bool:
+        """False: JAX has no strategy scope (its distribution is global)."""
+        return False
+
+    def host_variable(self, shape: tuple[int, ...], dtype: str) -> Any:
+        import keras
+        import numpy as np
+
+        # Laid out by the global distribution like every variable; fine.
+        return keras.Variable(np.zeros(shape, dtype), trainable=False)
+
+    def train_custom(
+        self, loop: CustomLoop, start_step: int, duties: StepHooks, strategy: Any
+    ) -> None:
+        """``train_step`` gets each global batch, laid out over the devices."""
+        from colab_resume.data import check_numpy_batch
+
+        for epoch, batches, steps in loop.epochs(start_step):
+            for index in range(steps):
+                batch = next(batches)
+                if epoch == loop.start_epoch and index == 0:
+                    check_numpy_batch(batch, replicas(), epoch)
+                duties.before_step()
+                loop.last_outputs = loop.train_step(
+                    loop.state, lay_out(batch, strategy)
+                )
+                if duties.after_step(duties.step + 1):
+                    return
+
+    def save_options(
+        self, io_device: str | None, async_write: bool, shard_bytes: int
+    ) -> Any:
+        return None
+
+    def restore_options(self, io_device: str | None) -> Any:
+        return None
+
+    def read_value(self, variable: Any) -> Any:
+        # A host copy, taken now: Keras' JAX trainer donates the state's
+        # buffers to the next step, which would delete a device array.
+        import keras
+        import numpy as np
+
+        return np.array(keras.ops.convert_to_numpy(variable.value), copy=True)
+
+    def fused_reader(self, variables: list[Any]) -> Callable[[], list[Any]] | None:
+        return None

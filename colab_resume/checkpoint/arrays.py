@@ -47,7 +47,6 @@ from colab_resume.checkpoint.shard_file import header_limit, read_views
 from colab_resume.checkpoint.state import (
     StateLike,
     _describe,
-    _tf_variable,
     _variable_list,
     build_pending_optimizers,
     check_fits,
@@ -315,13 +314,10 @@ def _snapshot(variable: Any) -> Any:
     GPU or TPU the copy to host memory is taken here, so no second copy
     of the weights is held in accelerator memory.
     """
-    import keras
     import numpy as np
 
-    if backend.is_jax():
-        return np.array(keras.ops.convert_to_numpy(variable.value), copy=True)
-    # read_value() of a MirroredVariable gives one replica's value.
-    return _kept_on_cpu(_tf_variable(variable).read_value())
+    value = backend.current().read_value(variable)
+    return value if isinstance(value, np.ndarray) else _kept_on_cpu(value)
 
 
 def _kept_on_cpu(tensor: Any) -> Any:
@@ -426,12 +422,12 @@ class ArrayState:
 
     def _trace_reader(self) -> None:
         """Trace the one-call read of every variable (TensorFlow), once."""
-        if backend.is_jax() or self._reader is not None:
+        if self._reader is not None:
             return
-        import tensorflow as tf
-
-        inner = [_tf_variable(v) for v in self._variables()]
-        reader = tf.function(lambda: [v.read_value() for v in inner])
+        reader = backend.current().fused_reader(self._variables())
+        if reader is None:  # JAX: the snapshot is a host copy anyway
+            self._reader = False
+            return
         try:
             # Called once here, not only traced: TensorFlow optimises and
             # instantiates a function's graph at its first call, which

@@ -42,14 +42,15 @@ def for_saving(
     Raises:
         NotPortableError: on JAX, a group is not made of variables.
     """
-    portable = backend.is_jax() or format == PORTABLE
+    only_portable = backend.current().portable_only
+    portable = only_portable or format == PORTABLE
     if portable:
         try:
             return ArrayState(
                 state, shard_bytes=shard_bytes, write_behind=write_behind
             ), None
         except NotPortableError as exc:
-            if backend.is_jax():
+            if only_portable:
                 raise
             why = (
                 f"{exc} This run's checkpoints use TensorFlow's own format: "
@@ -77,7 +78,7 @@ def for_reading(
             raise StructureMismatchError(
                 f"The checkpoint holds host arrays, but {exc}"
             ) from None
-    if backend.is_jax():
+    if backend.current().portable_only:
         raise StructureMismatchError(
             "This checkpoint is in TensorFlow's own format (written by a "
             "TensorFlow session with an opaque trackable in its state, by "

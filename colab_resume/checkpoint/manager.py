@@ -290,19 +290,9 @@ class CheckpointManager:
         return self._state
 
     def _tf_options(self) -> Any:
-        if backend.is_jax():
-            return None
-        import tensorflow as tf
-
-        kwargs: dict[str, Any] = {"experimental_io_device": self.config.io_device}
-        if self.config.async_write:
-            kwargs["experimental_enable_async_checkpoint"] = True
-        policy = getattr(tf.train.experimental, "MaxShardSizePolicy", None)
-        if policy is not None:
-            kwargs["experimental_sharding_callback"] = policy(
-                max_shard_size=self.config.shard_bytes
-            )
-        return tf.train.CheckpointOptions(**kwargs)
+        return backend.current().save_options(
+            self.config.io_device, self.config.async_write, self.config.shard_bytes
+        )
 
     def _upload_and_commit(
         self,
@@ -434,13 +424,7 @@ class CheckpointManager:
             StructureMismatchError: the checkpoint does not fit ``state``.
         """
         training_state = self._training_state(state)
-        options = None
-        if not backend.is_jax():
-            import tensorflow as tf
-
-            options = tf.train.CheckpointOptions(
-                experimental_io_device=self.config.io_device
-            )
+        options = backend.current().restore_options(self.config.io_device)
 
         def read(prefix: str, manifest: Manifest) -> tuple[str, ...]:
             files = [f.name for f in manifest.files]

@@ -54,7 +54,7 @@ class ModelAndExtras:
 
 def _tensorflow() -> Any:
     """TensorFlow on its backend; None on JAX, whose path never imports it."""
-    if backend.is_jax():
+    if backend.current().portable_only:
         return None
     import tensorflow as tf
 
@@ -84,18 +84,10 @@ def _variable_list(obj: Any) -> list[Any] | None:
 
 
 def _tf_variable(variable: Any) -> Any:
-    """The TensorFlow variable behind a Keras variable, where there is one.
+    """See :func:`colab_resume.backend.tensorflow.tf_variable`."""
+    from colab_resume.backend.tensorflow import tf_variable
 
-    Keras 3's own hook for TF's async checkpointing creates a ``tf.Variable``
-    inside a ``tf.function`` on every save, which fails from the second save
-    on ("tf.function only supports singleton tf.Variables"). The TF variable
-    underneath (a MirroredVariable under MirroredStrategy) saves and
-    restores the same values without that hook.
-    """
-    import tensorflow as tf
-
-    inner = getattr(variable, "value", None)
-    return inner if isinstance(inner, tf.Variable) else variable
+    return tf_variable(variable)
 
 
 def _describe(variable: Any) -> list[Any]:

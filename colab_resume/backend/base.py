@@ -1,0 +1,134 @@
+"""What the agent, the data path and the checkpoints ask of a Keras backend.
+
+Each question here used to be an ``if backend.is_jax():`` at its call
+site. A :class:`Backend` answers them for one framework, chosen once by
+:func:`colab_resume.backend.current`: TensorFlow in
+:mod:`colab_resume.backend.tensorflow`, JAX in :mod:`colab_resume.backend.jax`.
+Only those modules import their framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+
+class CustomLoop(Protocol):
+    """What :meth:`Backend.train_custom` reads from the agent's custom loop."""
+
+    state: Any
+    train_step: Callable[..., Any]
+    last_outputs: Any
+
+    def epochs(self, start_step: int) -> Iterator[tuple[int, Any, int]]:
+        """``(epoch, its dataset positioned at the resumed step, steps)``."""
+        ...
+
+    @property
+    def start_epoch(self) -> int:
+        """The epoch training resumed in (set by the first ``epochs`` item)."""
+        ...
+
+    def warn(self, message: str) -> None:
+        """Report a warning event."""
+        ...
+
+
+class StepHooks(Protocol):
+    """The duties around each step (``agent.steps.StepDuties``)."""
+
+    step: int
+
+    def before_step(self) -> None:
+        """Before the step runs."""
+        ...
+
+    def after_step(self, step: int) -> bool:
+        """After step ``step``; True when training must stop."""
+        ...
+
+
+class Backend(Protocol):
+    """The framework-specific answers; one instance per process.
+
+    Attributes:
+        name: Keras' name for the backend (``"tensorflow"``, ``"jax"``).
+        portable_only: checkpoints can only be host arrays (no framework
+            checkpoint format to fall back to).
+        chains_epochs: several epochs' datasets can share one ``fit`` call.
+        reads_pipeline_graphs: its datasets have graphs that
+            ``data_cost.RebuildWatch`` can read.
+    """
+
+    name: str
+    portable_only: bool
+    chains_epochs: bool
+    reads_pipeline_graphs: bool
+
+    def epoch_dataset(
+        self,
+        make_dataset: Callable[..., Any],
+        epoch: int,
+        *,
+        skip: int,
+        steps_per_epoch: int,
+    ) -> Any:
+        """``make_dataset(epoch)`` positioned after ``skip`` batches, ending at
+        the epoch (see :func:`colab_resume.data.epoch_dataset`)."""
+        ...
+
+    def first_batch_of(self, dataset: Any) -> Any:
+        """The first batch of an epoch's dataset, or None when it is empty."""
+        ...
+
+    def check_first_batch(
+        self, make_dataset: Callable[..., Any], dataset: Any, epoch: int, model: Any
+    ) -> None:
+        """Refuse an epoch whose batches cannot be split over the replicas."""
+        ...
+
+    def chain(self, datasets: Sequence[Any]) -> Any:
+        """The datasets one after the other, as one dataset (several epochs)."""
+        ...
+
+    def random_op_watch(self) -> Any:
+        """A ``RandomOpWatch`` for the step's first trace, or None when the
+        backend has no random state hidden from the checkpoint."""
+        ...
+
+    def sync_fit_state(self, model: Any) -> None:
+        """Before a snapshot from inside ``fit``: make the variables current."""
+        ...
+
+    def outside_scope(self, model: Any) -> bool:
+        """Whether ``model`` was built outside the distribution scope entered."""
+        ...
+
+    def host_variable(self, shape: tuple[int, ...], dtype: str) -> Any:
+        """A zero variable for host arrays (outside any strategy)."""
+        ...
+
+    def train_custom(
+        self, loop: CustomLoop, start_step: int, duties: StepHooks, strategy: Any
+    ) -> None:
+        """Run the custom loop's steps from ``start_step`` until done or told."""
+        ...
+
+    def save_options(
+        self, io_device: str | None, async_write: bool, shard_bytes: int
+    ) -> Any:
+        """The framework checkpoint's write options (None: it has none)."""
+        ...
+
+    def restore_options(self, io_device: str | None) -> Any:
+        """The framework checkpoint's read options (None: it has none)."""
+        ...
+
+    def read_value(self, variable: Any) -> Any:
+        """``variable``'s value now, safe to read later from another thread
+        (a NumPy copy, or a tensor the framework will not update in place)."""
+        ...
+
+    def fused_reader(self, variables: list[Any]) -> Callable[[], list[Any]] | None:
+        """One call that reads every variable, or None when there is none."""
+        ...

@@ -1,0 +1,229 @@
+"""Keras on TensorFlow: ``tf.data`` epochs, ``tf.function`` steps, TF checkpoints.
+
+The one place (with the TensorFlow checkpoint format,
+:mod:`colab_resume.checkpoint.state`) that imports TensorFlow for the
+agent, the data path and the checkpoints. TensorFlow is imported inside
+each function, so importing this module imports no framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from colab_resume.backend.base import CustomLoop, StepHooks
+
+
+def tf_variable(variable: Any) -> Any:
+    """The TensorFlow variable behind a Keras variable, where there is one.
+
+    Keras 3's own hook for TF's async checkpointing creates a ``tf.Variable``
+    inside a ``tf.function`` on every save, which fails from the second save
+    on ("tf.function only supports singleton tf.Variables"). The TF variable
+    underneath (a MirroredVariable under MirroredStrategy) saves and
+    restores the same values without that hook.
+    """
+    import tensorflow as tf
+
+    inner = getattr(variable, "value", None)
+    return inner if isinstance(inner, tf.Variable) else variable
+
+
+def epoch_dataset(
+    make_dataset: Callable[..., Any], epoch: int, *, skip: int, steps_per_epoch: int
+) -> Any:
+    """See :meth:`Backend.epoch_dataset`: a ``tf.data.Dataset`` of the epoch.
+
+    Raises:
+        DatasetError: it is not a ``tf.data.Dataset``, or it is too short.
+    """
+    import tensorflow as tf
+
+    from colab_resume.data import DatasetError, accepts_skip
+
+    places_skip = accepts_skip(make_dataset)
+    dataset = make_dataset(epoch, skip=skip) if places_skip else make_dataset(epoch)
+    if not isinstance(dataset, tf.data.Dataset):
+        raise DatasetError(
+            f"make_dataset({epoch}) returned {type(dataset).__name__}; it must "
+            f"return a tf.data.Dataset of global batches, e.g. "
+            f"tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch_size)."
+        )
+    if not places_skip:
+        dataset = dataset.skip(skip)
+    cardinality = int(dataset.cardinality())
+    if cardinality >= 0 and cardinality < steps_per_epoch - skip:
+        raise DatasetError(
+            f"make_dataset({epoch}) yields {cardinality + skip} batches but "
+            f"steps_per_epoch is {steps_per_epoch}. Lower steps_per_epoch, or "
+            f".repeat() the dataset inside make_dataset."
+        )
+    return dataset.take(steps_per_epoch - skip)
+
+
+def check_global_batch(dataset: Any, replicas: int, epoch: int) -> None:
+    """Refuse batches that cannot be split evenly over ``replicas``.
+
+    TensorFlow would fail deep inside the step with a shape error (``AddN``,
+    ``[17,8] != [16,8]``) on the first uneven batch.
+
+    Raises:
+        DatasetError: a batch's size is not a multiple of ``replicas``.
+    """
+    import tensorflow as tf
+
+    from colab_resume.data import DatasetError
+
+    if replicas <= 1:
+        return
+    first = tf.nest.flatten(dataset.element_spec)[0]
+    size = first.shape[0] if first.shape.rank else None
+    if size is None:  # not static (no drop_remainder): look at the first batch
+        for batch in dataset.take(1):
+            size = int(tf.nest.flatten(batch)[0].shape[0])
+    if size is not None and size % replicas:
+        good = max(replicas, size - size % replicas)
+        raise DatasetError(
+            f"make_dataset({epoch}) yields batches of {size} examples, which "
+            f"cannot be split evenly over {replicas} replicas. Batch by a "
+            f"multiple of {replicas} (e.g. {good}) — the global batch — with "
+            f".batch(n, drop_remainder=True) so no short batch remains."
+        )
+
+
+class TensorFlowBackend:
+    """:class:`~colab_resume.backend.base.Backend` for Keras on TensorFlow."""
+
+    name = "tensorflow"
+    portable_only = False
+    chains_epochs = True
+    reads_pipeline_graphs = True
+
+    def epoch_dataset(
+        self,
+        make_dataset: Callable[..., Any],
+        epoch: int,
+        *,
+        skip: int,
+        steps_per_epoch: int,
+    ) -> Any:
+        return epoch_dataset(
+            make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
+        )
+
+    def first_batch_of(self, dataset: Any) -> Any:
+        return next(iter(dataset.take(1)), None)
+
+    def check_first_batch(
+        self, make_dataset: Callable[..., Any], dataset: Any, epoch: int, model: Any
+    ) -> None:
+        replicas = model.distribute_strategy.num_replicas_in_sync
+        check_global_batch(dataset, replicas, epoch)
+
+    def chain(self, datasets: Sequence[Any]) -> Any:
+        import tensorflow as tf
+
+        combined = datasets[0]
+        for dataset in datasets[1:]:
+            combined = combined.concatenate(dataset)
+        # A filter that keeps everything: its output's length is unknown to
+        # tf.data (see agent/spans.py), at a negligible cost per batch.
+        return combined.filter(lambda *batch: tf.constant(True))
+
+    def random_op_watch(self) -> Any:
+        from colab_resume.agent.random_ops import RandomOpWatch
+
+        try:
+            from tensorflow.python.framework import op_callbacks
+        except ImportError:  # a TensorFlow without the hook: nothing to watch
+            return RandomOpWatch(None)
+        return RandomOpWatch(op_callbacks)
+
+    def sync_fit_state(self, model: Any) -> None:
+        """Nothing: TensorFlow's trainer updates the variables themselves."""
+
+    def outside_scope(self, model: Any) -> bool:
+        import tensorflow as tf
+
+        if not tf.distribute.has_strategy():
+            return False  # built for a test or a tool, outside any scope
+        # A private attribute: Keras's public distribute_strategy falls back to
+        # the strategy in scope, which would hide the difference.
+        missing = object()
+        recorded = getattr(model, "_distribute_strategy", missing)
+        return recorded is not missing and recorded is not tf.distribute.get_strategy()
+
+    def host_variable(self, shape: tuple[int, ...], dtype: str) -> Any:
+        import tensorflow as tf
+
+        with tf.device("/cpu:0"), tf.init_scope():
+            return tf.Variable(tf.zeros(shape, dtype), trainable=False)
+
+    def train_custom(
+        self, loop: CustomLoop, start_step: int, duties: StepHooks, strategy: Any
+    ) -> None:
+        import tensorflow as tf
+
+        state, user_step = loop.state, loop.train_step
+
+        @tf.function  # type: ignore[untyped-decorator]  # tensorflow: untyped
+        def distributed_step(iterator: Any) -> Any:
+            outputs = strategy.run(user_step, args=(state, next(iterator)))
+            # SUM, not MEAN: the replicas' values are shares of the global
+            # batch's (see agent/custom_loop.py).
+            return tf.nest.map_structure(
+                lambda v: strategy.reduce("SUM", v, axis=None), outputs
+            )
+
+        watch = self.random_op_watch()
+        for epoch, dataset, steps in loop.epochs(start_step):
+            if epoch == loop.start_epoch:
+                check_global_batch(dataset, strategy.num_replicas_in_sync, epoch)
+            iterator = iter(strategy.experimental_distribute_dataset(dataset))
+            for _ in range(steps):
+                duties.before_step()
+                if watch is not None:  # the first call traces the step
+                    with watch:
+                        outputs = distributed_step(iterator)
+                    if warning := watch.warning():
+                        loop.warn(warning)
+                    watch = None
+                else:
+                    outputs = distributed_step(iterator)
+                # Converting to Python here would wait for the device every step.
+                loop.last_outputs = outputs
+                if duties.after_step(duties.step + 1):
+                    return
+
+    def save_options(
+        self, io_device: str | None, async_write: bool, shard_bytes: int
+    ) -> Any:
+        import tensorflow as tf
+
+        kwargs: dict[str, Any] = {"experimental_io_device": io_device}
+        if async_write:
+            kwargs["experimental_enable_async_checkpoint"] = True
+        policy = getattr(tf.train.experimental, "MaxShardSizePolicy", None)
+        if policy is not None:
+            kwargs["experimental_sharding_callback"] = policy(
+                max_shard_size=shard_bytes
+            )
+        return tf.train.CheckpointOptions(**kwargs)
+
+    def restore_options(self, io_device: str | None) -> Any:
+        import tensorflow as tf
+
+        return tf.train.CheckpointOptions(experimental_io_device=io_device)
+
+    def read_value(self, variable: Any) -> Any:
+        # read_value() of a MirroredVariable gives one replica's value.
+        return tf_variable(variable).read_value()
+
+    def fused_reader(self, variables: list[Any]) -> Callable[[], list[Any]] | None:
+        import tensorflow as tf
+
+        inner = [tf_variable(v) for v in variables]
+        reader: Callable[[], list[Any]] = tf.function(
+            lambda: [v.read_value() for v in inner]
+        )
+        return reader

@@ -1,0 +1,91 @@
+"""Only ``colab_resume/backend/`` imports a framework (TensorFlow, JAX).
+
+Read from the source with ``ast``, so an import inside a function (the
+usual lazy kind here) counts as much as one at the top of a module. A
+module that needs a framework asks ``colab_resume.backend.current()``
+instead; the few exceptions below say why they stay.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import colab_resume
+
+PACKAGE = pathlib.Path(colab_resume.__file__).parent
+FRAMEWORKS = frozenset({"tensorflow", "jax", "jaxlib"})
+
+ALLOWED = {
+    # TensorFlow's own checkpoint format (tf.train.Checkpoint): it is the
+    # format, not a branch on the backend; JAX never reaches it.
+    "checkpoint/state.py": "TensorFlow checkpoint format",
+    # import_tensorflow(): the one import with an install hint per runtime,
+    # used by runtime/accelerator.py's TensorFlow connect (tf.distribute).
+    "runtime/diagnose.py": "TensorFlow import with the install hint",
+    # Keras 2 inside TensorFlow 2.15 and older, reached only when no
+    # Keras 3 is installed, to set the dtype policy of the Keras there is.
+    "runtime/precision.py": "tf.keras where no Keras 3 is installed",
+    # The demo's child is the user's training script, written as a user
+    # writes one (tf.config.experimental.enable_op_determinism()).
+    "demo.py": "the user's script in the demo",
+}
+
+
+def framework_imports(source: str) -> set[str]:
+    """The frameworks ``source`` imports, anywhere in it (absolute imports)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None))
+            in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names = [node.args[0].value]
+        else:
+            continue
+        found.update(n.split(".")[0] for n in names if n.split(".")[0] in FRAMEWORKS)
+    return found
+
+
+def offenders() -> dict[str, set[str]]:
+    """``{module path: frameworks}`` outside ``backend/`` and the allow-list."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative.startswith("backend/") or relative in ALLOWED:
+            continue
+        imported = framework_imports(path.read_text(encoding="utf-8"))
+        if imported:
+            found[relative] = imported
+    return found
+
+
+def test_only_the_backend_imports_a_framework():
+    assert offenders() == {}, (
+        "these modules import a framework outside colab_resume/backend/: ask "
+        "colab_resume.backend.current() (add what is missing to the Backend "
+        "protocol in backend/base.py) instead of importing it"
+    )
+
+
+def test_the_scan_sees_lazy_and_dynamic_imports():
+    lazy = "def f():\n    import tensorflow as tf\n    return tf\n"
+    assert framework_imports(lazy) == {"tensorflow"}
+    assert framework_imports("from jax import numpy") == {"jax"}
+    assert framework_imports("import importlib\nimportlib.import_module('jax.numpy')")
+    assert framework_imports("from .tensorflow import x\nimport keras") == set()
+
+
+def test_every_allowed_module_still_needs_its_place():
+    # An entry that no longer imports a framework must leave the list.
+    for relative in ALLOWED:
+        source = (PACKAGE / relative).read_text(encoding="utf-8")
+        assert framework_imports(source), f"{relative} imports no framework now"
