@@ -168,7 +168,7 @@ def _child(args: argparse.Namespace) -> None:
 
 
 def _after_seed(agent: object) -> None:
-    manager = agent.checkpoints  # type: ignore[attr-defined]
+    manager = agent._loop.checkpoints  # type: ignore[attr-defined]  # internal
     manager.wait()
     manager.check()
     os._exit(0)

@@ -71,14 +71,14 @@ def one_run(steps: int, with_panel: bool) -> tuple[float, int]:
     ticks = 0
     if with_panel:
         panel = agent.panel()
-        agent.telemetry.listeners[:] = []
+        agent._loop.progress.listeners[:] = []  # internal: the panel's own refresh
 
         def timed_refresh() -> None:
             started = time.perf_counter()
             panel.refresh()
             REFRESH_SECONDS.append(time.perf_counter() - started)
 
-        agent.telemetry.listeners.append(timed_refresh)
+        agent.on_progress(timed_refresh)
     clock = Clock(warmup=50)
     agent.fit(
         build_model,
@@ -88,7 +88,7 @@ def one_run(steps: int, with_panel: bool) -> tuple[float, int]:
         callbacks=[clock],
         verbose=0,
     )
-    ticks = agent.telemetry.due_ticks
+    ticks = agent._loop.progress.due_ticks  # internal: the tick's count
     return (clock.seen - clock.warmup) / (clock.end - clock.start), ticks
 
 

@@ -100,7 +100,7 @@ def test_stop_checkpoints_and_the_next_fit_continues(tmp_path):
         build_model, make_dataset, epochs=2, steps_per_epoch=16, verbose=0
     )
     assert history.stopped is False and resumed.stopped is False
-    assert resumed.checkpoints is not None
+    assert resumed.status().checkpoint_step == 32
     assert resumed.events.recent(kind="checkpoint.restored")[0].step == 5
     [said] = resumed.events.recent(kind="run.resumed_at")
     assert said.message.startswith(
@@ -200,7 +200,7 @@ def test_live_run_is_refused_and_takeover_fences_it(tmp_path):
             )
         agent = agent_for(tmp_path / "run", takeover=True)
         agent.fit(build_model, make_dataset, epochs=1, steps_per_epoch=4, verbose=0)
-        assert agent.session.lease == 2
+        assert agent.status().lease == 2
         with pytest.raises(cr.errors.FencedError):
             holder.fence()
     finally:
@@ -266,7 +266,7 @@ def test_close_and_with_end_a_session_the_lighter_path_left_beating(tmp_path):
     assert agent.status().state == "STOPPED"  # a clean end: taken at once
     again = agent_for(tmp_path / "run")
     again.restore(build_model())
-    assert again.session is not None and again.session.lease == 2
+    assert again.status().lease == 2
     again.close()
     again.close()  # idempotent
 
@@ -346,7 +346,7 @@ def test_lighter_path_restore_and_callback(tmp_path):
     later = agent_for(tmp_path / "other")
     start = later.restore(build_model())
     assert (start.step, start.initial_epoch, start.skip) == (6, 0, 6)
-    later.session.close()
+    later.close()
 
 
 def test_where_the_run_stands_reaches_the_cell_without_a_panel(tmp_path, capsys):

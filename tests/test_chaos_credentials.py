@@ -94,7 +94,7 @@ def test_expiring_tokens_are_refreshed_and_never_leak(
             assert token.encode() not in blob, info.path
     texts = [str(e.to_json()) for e in agent.events.recent()]
     texts += [record.getMessage() for record in caplog.records]
-    texts.append(repr(agent.storage.principal))
+    texts.append(repr(agent._storage.principal))  # internal: who the storage is
     for text in texts:
         for token in secrets:
             assert token not in text

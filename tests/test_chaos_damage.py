@@ -182,7 +182,7 @@ def test_damaged_newest_checkpoint_falls_back_and_ends_bitwise(
         callbacks=[StopAt(holder, 10)],
         verbose=0,
     )
-    newest = agent.checkpoints.committed()[-1]
+    newest = agent._loop.checkpoints.committed()[-1]  # internal: the run's manager
     assert newest.step == 10
     files = [o for o in storage.list(newest.path + "/") if "MANIFEST" not in o.path]
     data = max(files, key=lambda o: o.size).path

@@ -13,6 +13,7 @@ import colab_resume as cr
 from colab_resume.agent.progress import ProgressTracker
 from colab_resume.events import Event
 from colab_resume.panel.model import PanelFacts, facts_of, sparkline, view
+from colab_resume.storage import Storage
 
 pytest.importorskip("ipywidgets")
 
@@ -129,7 +130,7 @@ class FakeClock:
 def test_tick_is_rate_limited_by_wall_clock(tmp_path):
     agent = cr.Agent(str(tmp_path / "run"))
     clock = FakeClock()
-    telemetry = ProgressTracker(agent._loop, clock=clock)
+    telemetry = ProgressTracker(agent._loop, clock=clock)  # internal: the tick
     calls = []
     telemetry.listeners.append(lambda: calls.append(clock.now))
     for _ in range(1000):
@@ -157,17 +158,18 @@ def test_buttons_set_the_agents_flags(tmp_path):
     agent = cr.Agent(str(tmp_path / "run"))
     panel = agent.panel()
     assert panel.pump is None  # no kernel here: nothing registered, inert
-    assert agent.telemetry.listeners == []
+    assert agent._loop.progress.listeners == []  # internal: nothing registered
+    controls = agent._controls  # internal: the flags the buttons set
     panel.save_button.click()
-    assert agent.controls.take_save_request()
+    assert controls.take_save_request()
     panel.pause_button.click()
-    assert agent.controls.paused
+    assert controls.paused and agent.progress().pause_requested
     panel.refresh()
     assert panel.pause_button.description == "Resume"
     panel.pause_button.click()
-    assert not agent.controls.paused
+    assert not controls.paused
     panel.stop_button.click()
-    assert agent.controls.stop_requested
+    assert controls.stop_requested
     assert "not started" in panel.badge.value
 
 
@@ -191,21 +193,23 @@ def test_panel_follows_a_session(tmp_path):
 
     agent = cr.Agent(str(tmp_path / "run"))
     panel = agent.panel()
-    agent._loop.session = RunSession.open(  # what taking the run does
-        agent.storage, SessionOptions(), events=agent.events
+    # Internal: what taking the run does, without training.
+    session = agent._loop.session = RunSession.open(
+        agent._storage, SessionOptions(), events=agent.events
     )
+    telemetry = agent._loop.progress
     try:
-        agent.telemetry.session_started(total_steps=100, steps_per_epoch=10)
-        agent.session.update(state="training", step=0)
-        agent.telemetry.recorder.sample(5, {"loss": 2.0})
-        agent.telemetry.recorder.sample(10, {"loss": 1.0})
+        telemetry.session_started(total_steps=100, steps_per_epoch=10)
+        session.update(state="training", step=0)
+        telemetry.recorder.sample(5, {"loss": 2.0})
+        telemetry.recorder.sample(10, {"loss": 1.0})
         panel.refresh()
         assert "starting" in panel.badge.value or "training" in panel.badge.value
         assert "lease 1" in panel.heartbeat.value
         assert "<svg" in panel.chart.value
         assert "lease.taken" in panel.events.value
     finally:
-        agent.session.close("stopped")
+        session.close("stopped")
     panel.refresh()
     assert "stopped" in panel.badge.value
 
@@ -215,16 +219,17 @@ def test_monitor_reads_the_run_directory(tmp_path):
     from colab_resume.report.history import HistoryRecorder
 
     agent = cr.Agent(str(tmp_path / "run"))
+    storage = Storage(agent.run_dir)
     session = RunSession.open(
-        agent.storage, SessionOptions(heartbeat_seconds=0.2), events=agent.events
+        storage, SessionOptions(heartbeat_seconds=0.2), events=agent.events
     )
     recorder = HistoryRecorder(agent.events)
-    recorder.start(agent.storage, session.lease, session.session_id)
+    recorder.start(storage, session.lease, session.session_id)
     session.update(state="training", step=20)
     for step in (10, 20):
         recorder.sample(step, {"loss": 1.0 / step})
     recorder.flush(wait=True)
-    wait_for(lambda: read_status(agent.storage).step == 20, 60, "a beat with step 20")
+    wait_for(lambda: read_status(storage).step == 20, 60, "a beat with step 20")
     monitor = cr.panel(agent.run_dir)
     assert "training" in monitor.badge.value
     assert "lease 1" in monitor.heartbeat.value
@@ -238,7 +243,7 @@ def test_monitor_reads_the_run_directory(tmp_path):
     assert monitor.took_over == 2
     # Released as a clean stop: takeable at once, and shown as such.
     assert cr.inspect(agent.run_dir).state == "STOPPED"
-    assert not session.writer.verify_lease(agent.storage)  # the holder is fenced
+    assert not session.writer.verify_lease(storage)  # the holder is fenced
     session.close("stopped")
     monitor.refresh()
     assert "stopped" in monitor.badge.value and "STOPPED" in monitor.detail.value

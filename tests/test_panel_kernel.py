@@ -45,16 +45,16 @@ panel = agent.panel()
 display(panel)
 print("VERSIONS", ipywidgets.__version__, ipykernel.__version__)
 print("PUMP", panel.pump is not None)
-print("CONSOLE QUIET", agent.console.panel_shown)  # the panel lists the events
+print("CONSOLE QUIET", agent._console.panel_shown)  # internal: the panel says it all
 """
 
 LOOP = """
 print("LOOPING", flush=True)
 started = time.monotonic()
-while time.monotonic() - started < 30 and not agent.controls.stop_requested:
-    agent.telemetry.tick()   # what StepDuties.after_step calls after every step
+while time.monotonic() - started < 30 and not agent._controls.stop_requested:
+    agent._loop.progress.tick()  # internal: what StepDuties calls after every step
     time.sleep(0.002)        # one "training step"
-print("STOPPED", agent.controls.stop_requested, round(time.monotonic() - started, 1))
+print("STOPPED", agent._controls.stop_requested, round(time.monotonic() - started, 1))
 """
 
 
@@ -139,7 +139,7 @@ def test_stop_click_acts_while_the_cell_runs(kernel):
 
     loop = kernel.execute(LOOP)
     seen = _collect(kernel, lambda ms: "LOOPING" in _stdout(ms), 30)
-    after = kernel.execute('print("AFTER", agent.controls.stop_requested)')
+    after = kernel.execute('print("AFTER", agent._controls.stop_requested)')
     time.sleep(0.5)  # the loop is running; the next cell waits behind it
     click = kernel.session.msg(
         "comm_msg",

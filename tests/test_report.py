@@ -153,7 +153,7 @@ def test_fit_keeps_history_and_the_panel_follows(tmp_path):
         return data
 
     agent = cr.Agent(str(tmp_path / "run"), save_every_steps=4, prefer="cpu")
-    agent.telemetry.interval = 0.0  # sample every step in this short run
+    agent._loop.progress.interval = 0.0  # internal: sample every step of this short run
     panel = agent.panel()
     agent.fit(build_model, make_dataset, epochs=2, steps_per_epoch=8, verbose=0)
     panel.refresh()
@@ -161,7 +161,7 @@ def test_fit_keeps_history_and_the_panel_follows(tmp_path):
     # The panel keeps "step 16 / 16" on one line with no-break spaces.
     assert "step 16 / 16 · epoch 2" in panel.progress.value.replace("\xa0", " ")
     assert "checkpoint: step 16" in panel.checkpoint.value.replace("\xa0", " ")
-    history = read_history(agent.storage)
+    history = read_history(Storage(agent.run_dir))
     assert [p.step for p in history.points][-1] == 16
     assert all("loss" in p.metrics for p in history.points)
     assert any(e.kind == "checkpoint.committed" for e in history.events)

@@ -334,9 +334,7 @@ def test_the_countdown_shows_in_the_log_and_the_panel(tmp_path, caplog):
     proc.kill()
     agent = cr.Agent(run_dir, heartbeat_seconds=0.5)
     badges: list[str] = []
-    agent.telemetry.listeners.append(
-        lambda: badges.append(view(facts_of(agent.progress())).badge)
-    )
+    agent.on_progress(lambda: badges.append(view(facts_of(agent.progress())).badge))
     caplog.set_level("WARNING", logger="colab_resume.events")
     session, manager = agent._loop.take_run()
     try:

@@ -51,8 +51,9 @@ def lose_accelerator_at(agent: cr.Agent, run_dir: str, damage: bool) -> object:
     seen: dict[str, list[int]] = {}
 
     def lose() -> None:
-        assert agent.checkpoints is not None
-        agent.checkpoints.wait()
+        manager = agent._loop.checkpoints  # internal: the run's checkpoints
+        assert manager is not None
+        manager.wait()
         seen["before"] = committed_steps(run_dir)
         if damage:
             damage_data_files(run_dir)

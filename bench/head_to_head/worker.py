@@ -121,7 +121,8 @@ def _train(
     faults = Faults(plan, events)
     if agent is not None:
         # Wait for the upload in flight to commit (a death after it).
-        faults.settle = lambda: agent.checkpoints and agent.checkpoints.wait()
+        # Internal: the agent's checkpoint manager, while it holds the run.
+        faults.settle = lambda: (m := agent._loop.checkpoints) and m.wait()
     ctx = contenders.Context(
         strategy=strategy,
         data=Data(),

@@ -79,7 +79,6 @@ class ModelState:
         self.epoch = 0
         self.steps_per_epoch = steps_per_epoch
         self.epochs_done = 0  # whole epochs trained, as of the last epoch end
-        self.ended = False  # the session was closed: no more callbacks
         self.last_logs: dict[str, Any] = {}
 
     # --- the driver protocol: the user builds and trains, we only save ------------

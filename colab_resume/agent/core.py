@@ -4,30 +4,34 @@
 the events and the accelerator, and hands each ``fit``/``run`` call to the
 outer loop (:mod:`~colab_resume.agent.loop`) with a driver
 (:mod:`~colab_resume.agent.keras_fit`, :mod:`~colab_resume.agent.custom_loop`).
-The lighter path (:mod:`~colab_resume.agent.callback`) is glued here.
+The lighter path (:mod:`~colab_resume.agent.callback`) is the loop's
+:meth:`~colab_resume.agent.loop.RunLoop.open_light`.
+
+What users need is public: the run's ``events``, ``connection``,
+``model``/``state``, ``stopped``, ``recoveries``, ``options`` and
+``run_dir``, and the methods. The parts (storage, controls, accelerator,
+the console, the loop) are private: reach them only through the methods.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-from colab_resume.agent.callback import ModelState, StartPoint, make_callback
+from colab_resume.agent.callback import ModelState, StartPoint
 from colab_resume.agent.console import ConsoleSink
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.custom_loop import CustomLoop
 from colab_resume.agent.keras_fit import KerasFit
+from colab_resume.agent.light import LightSession
 from colab_resume.agent.loop import RunLoop
 from colab_resume.agent.options import agent_options
-from colab_resume.agent.progress import Progress, ProgressTracker
+from colab_resume.agent.progress import Progress
 from colab_resume.agent.steps import StepHook
-from colab_resume.checkpoint import CheckpointManager
 from colab_resume.events import EventLog
-from colab_resume.heartbeat import RunSession, RunStatus, read_status
+from colab_resume.heartbeat import RunStatus, read_status
 from colab_resume.runtime import Accelerator, Connection
 from colab_resume.runtime.diagnose import require_keras
 from colab_resume.storage import Storage
@@ -51,6 +55,15 @@ class Agent:
             ``dead_after_seconds``, ``takeover``, ``storage_options``,
             ``prefer``, ``cpu_replicas``, ``precision``...
 
+    Attributes:
+        options: the validated :class:`AgentOptions`.
+        run_dir: the run directory, as given.
+        events: the run's events (``events.recent(kind=...)``,
+            ``events.subscribe(sink)``).
+        model: the trained (or restored) Keras model, after :meth:`fit` or
+            :meth:`restore`.
+        state: the trained state dict, after :meth:`run`.
+
     Raises:
         ValueError: a bad option (the message names it and the fix).
         UnsupportedURLError: ``run_dir`` has a scheme we cannot open.
@@ -61,25 +74,25 @@ class Agent:
         self.run_dir = run_dir
         self.events = EventLog()
         # Where the run stands, in the cell, until a panel shows it instead.
-        self.console = ConsoleSink()
-        self.events.subscribe(self.console)
-        self.storage = Storage(
+        self._console = ConsoleSink()
+        self.events.subscribe(self._console)
+        self._storage = Storage(
             run_dir,
             self.options.storage_options,
             retry=self.options.storage_retry,
             on_retry=self._storage_retried,
         )
-        self.controls = Controls()
-        self.accelerator = Accelerator(
+        self._controls = Controls()
+        self._accelerator = Accelerator(
             self.options.connect,
             events=self.events,
         )
         self._loop = RunLoop(
-            self.storage, self.options, self.accelerator, self.controls, self.events
+            self._storage, self.options, self._accelerator, self._controls, self.events
         )
         self.model: Any = None
         self.state: dict[str, Any] | None = None
-        self._light: ModelState | None = None  # the restore()/callback() path
+        self._light: LightSession | None = None  # the restore()/callback() path
 
     # --- the accelerator --------------------------------------------------------------
 
@@ -89,7 +102,9 @@ class Agent:
 
     @property
     def connection(self) -> Connection | None:
-        return self.accelerator.connection
+        """The accelerator connected to (its ``label``, ``strategy``...);
+        None before :meth:`connect`."""
+        return self._loop.connection
 
     # --- training ---------------------------------------------------------------------
 
@@ -198,18 +213,18 @@ class Agent:
 
     def save_now(self) -> None:
         """Checkpoint at the next step boundary."""
-        self.controls.request_save()
+        self._controls.request_save()
 
     def pause(self) -> None:
         """Checkpoint and hold at the next step boundary (heartbeats go on)."""
-        self.controls.pause()
+        self._controls.pause()
 
     def resume(self) -> None:
-        self.controls.resume()
+        self._controls.resume()
 
     def stop(self) -> None:
         """Checkpoint and stop cleanly at the next step boundary."""
-        self.controls.stop()
+        self._controls.stop()
 
     def panel(self) -> Any:
         """The notebook panel (an ipywidgets widget): display it before or
@@ -218,61 +233,33 @@ class Agent:
         runs. Outside a notebook it is inert."""
         from colab_resume.panel.live import agent_panel
 
-        return agent_panel(self)
+        return agent_panel(self, self._storage, self._console)
 
     def status(self) -> RunStatus:
         """The run's status as anyone would read it from storage."""
-        return read_status(self.storage)
+        return read_status(self._storage)
 
     # --- what is happening (read only) -----------------------------------------------
 
     def progress(self) -> Progress:
         """Where the agent stands now: state, step, metrics, last checkpoint..."""
-        return self._loop.progress.snapshot()
+        return self._loop.progress_now()
 
     def on_progress(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener()`` at every once-a-second tick of the training loop
         (on its thread); returns a function that removes it."""
-        listeners = self._loop.progress.listeners
-        listeners.append(listener)
-
-        def remove() -> None:
-            if listener in listeners:
-                listeners.remove(listener)
-
-        return remove
+        return self._loop.on_progress(listener)
 
     def on_step(self, hook: StepHook) -> Callable[[], None]:
         """Call ``hook(step)`` after every step, once the agent's own duties for
         it (heartbeat, checkpoint) are done; an exception it raises ends
         training like one raised by the step. Returns a function that removes
         it."""
-        hooks = self._loop.step_hooks
-        hooks.append(hook)
-
-        def remove() -> None:
-            if hook in hooks:
-                hooks.remove(hook)
-
-        return remove
+        return self._loop.on_step(hook)
 
     def flush_history(self, timeout: float = 10.0) -> None:
         """Write the run history recorded so far to the run directory now."""
-        self._loop.progress.recorder.flush(wait=True, timeout=timeout)
-
-    @property
-    def telemetry(self) -> ProgressTracker:
-        """The once-a-second tick behind :meth:`progress` (history, listeners)."""
-        return self._loop.progress
-
-    @property
-    def session(self) -> RunSession | None:
-        """The session holding the run, while one does."""
-        return self._loop.session
-
-    @property
-    def checkpoints(self) -> CheckpointManager | None:
-        return self._loop.checkpoints
+        self._loop.flush_history(timeout)
 
     @property
     def stopped(self) -> bool:
@@ -291,14 +278,7 @@ class Agent:
         """End what this agent holds: a session the lighter path left beating
         is closed as stopped (the next run takes it over at once), the upload
         in flight is finished. Idempotent; ``fit`` and ``run`` close their own."""
-        session, manager = self._loop.session, self._loop.checkpoints
-        if self._light is not None:
-            self._light.ended = True
-        if session is not None:
-            session.close("stopped")
-        if manager is not None:
-            with contextlib.suppress(Exception):
-                manager.close()
+        self._loop.close()
 
     def __enter__(self) -> Agent:
         return self
@@ -309,11 +289,7 @@ class Agent:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        session, manager = self._loop.session, self._loop.checkpoints
-        if exc is not None and session is not None and manager is not None:
-            with contextlib.suppress(Exception):
-                self._loop.fail(exc, session, manager)
-        self.close()
+        self._loop.close(exc)
 
     # --- the lighter path: your own model.fit -----------------------------------------
 
@@ -356,23 +332,10 @@ class Agent:
                 "over all your model.fit calls.",
             )
         require_keras()  # before taking the run: a missing install fails nothing
-        self.controls.reset()
-        session, manager = self._loop.take_run()
-        total = epochs * steps_per_epoch if epochs and steps_per_epoch else None
-        self._loop.progress.session_started(total, steps_per_epoch)
         driver = ModelState(model, epochs=epochs, steps_per_epoch=steps_per_epoch)
-        try:
-            info, start = self._loop.restore_into(driver, manager)
-        except BaseException as exc:
-            self._loop.fail(exc, session, manager)
-            raise
+        self._light = self._loop.open_light(driver)
         self.model = model
-        self._loop.duties = self._loop.make_duties(driver, session, manager, start)
-        self._light = driver
-        if info is None:
-            return StartPoint(step=0, initial_epoch=0, skip=0)
-        self._loop.announce_runtime(info)
-        return driver.start_point(info.step, info.epoch, info.extras)
+        return self._light.start
 
     def callback(self) -> Any:
         """A Keras callback: checkpoints and heartbeats for your own ``model.fit``.
@@ -384,46 +347,12 @@ class Agent:
             RuntimeError: :meth:`restore` was not called first, or the
                 session it opened has ended.
         """
-        driver = self._light
-        if driver is None or self._loop.duties is None:
+        if self._light is None:
             raise RuntimeError(
                 "agent.callback() needs agent.restore(model) first: restore takes "
                 "the run and loads the newest checkpoint into your model."
             )
-        if driver.ended:
-            raise RuntimeError(
-                "the session agent.restore(model) opened has ended (the run "
-                "completed, stopped or failed); call agent.restore(model) again "
-                "to continue it."
-            )
-        session, manager = self._loop.session, self._loop.checkpoints
-        assert session is not None and manager is not None
-        duties = self._loop.duties
-        lock = threading.Lock()  # the fit-watch thread may end it too
-
-        def end(closing: Callable[[], None]) -> None:
-            with lock:
-                if driver.ended:
-                    return
-                driver.ended = True
-            try:
-                closing()
-            finally:
-                self._loop.progress.finish()
-                with contextlib.suppress(Exception):
-                    manager.close()
-
-        def finish() -> None:
-            end(lambda: self._loop.finish(driver.total_steps, session, manager))
-
-        def pause_between() -> None:
-            # Another fit follows: leave its start committed, keep beating.
-            duties.save(duties.step, reason="fit_end")
-
-        def abort(reason: str) -> None:
-            end(lambda: session.close("failed", error=reason))
-
-        return make_callback(driver, duties, finish, pause_between, abort)
+        return self._light.callback()
 
     def _warn(self, message: str) -> None:
         self.events.emit("fit.warning", message, level="warning")

@@ -20,6 +20,13 @@ restore has returned: a restore that fails or is interrupted — storage
 down past its retry budget, Ctrl-C, a damaged checkpoint — leaves nothing
 that could save, on any path (recovery, Ctrl-C, stop, failure).
 
+The lighter path (``agent.restore`` + ``agent.callback()`` in the user's
+own ``model.fit``) is :meth:`RunLoop.open_light`: steps 2 and 3 without the
+build, and a :class:`~colab_resume.agent.light.LightSession` whose
+callbacks do the rest. The :class:`~colab_resume.agent.core.Agent` uses
+the loop through its narrow API (the methods and read-only properties
+above the loop proper), never through its fields.
+
 The inner loop (heartbeat, triggers, pause/stop after every step) is
 :class:`~colab_resume.agent.steps.StepDuties`; what is trained, and how, is
 a :class:`~colab_resume.agent.driver.Driver` (``fit``, ``run`` or the
@@ -40,10 +47,12 @@ from typing import Any
 
 from colab_resume import rundir
 from colab_resume.agent import epoch_length, runtime_facts
+from colab_resume.agent.callback import ModelState, StartPoint
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.driver import Driver
+from colab_resume.agent.light import LightSession
 from colab_resume.agent.options import AgentOptions
-from colab_resume.agent.progress import ProgressTracker
+from colab_resume.agent.progress import Progress, ProgressTracker
 from colab_resume.agent.steps import StepDuties, StepHook
 from colab_resume.checkpoint import (
     CheckpointManager,
@@ -90,14 +99,103 @@ class RunLoop:
         self.session: RunSession | None = None
         self.checkpoints: CheckpointManager | None = None
         self.duties: StepDuties | None = None
-        self.recoveries = 0
+        self._light: LightSession | None = None  # the lighter path's, if open
+        self._recoveries = 0
         # A wait per recovery, doubling from recovery_backoff_seconds.
         self._recovery_backoff = options.recovery
         self.sleep = sleep
-        self.stopped = False  # the last drive ended on stop(), before its end
+        self._stopped = False  # the last drive ended on stop(), before its end
         self.step_hooks: list[StepHook] = []
         # History samples and panel refreshes, once a second from the loop.
         self.progress = ProgressTracker(self)
+
+    # --- what the Agent sees: this narrow API, never the fields ----------------------
+
+    @property
+    def stopped(self) -> bool:
+        """The last run ended on stop() (or SIGTERM) before its planned end."""
+        return self._stopped
+
+    @property
+    def recoveries(self) -> int:
+        """Accelerator losses recovered in this process."""
+        return self._recoveries
+
+    def progress_now(self) -> Progress:
+        """Where the loop stands now (a read-only snapshot)."""
+        return self.progress.snapshot()
+
+    def on_progress(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` at every due tick; returns its remover."""
+        return _added(self.progress.listeners, listener)
+
+    def on_step(self, hook: StepHook) -> Callable[[], None]:
+        """Call ``hook(step)`` after every step's duties; returns its remover."""
+        return _added(self.step_hooks, hook)
+
+    def flush_history(self, timeout: float) -> None:
+        """Write the run history recorded so far now (waits up to ``timeout``)."""
+        self.progress.recorder.flush(wait=True, timeout=timeout)
+
+    def open_light(self, driver: ModelState) -> LightSession:
+        """The lighter path: take the run and restore it into the user's model.
+
+        ``driver``'s model is built and compiled by the user; this takes the
+        lease, restores the newest checkpoint into it (through
+        :meth:`restore_into`, as every path does) and makes the step duties
+        from there. A restore that fails closes the session (as :meth:`fail`
+        does) and raises.
+
+        Returns:
+            The session: its ``start`` and one callback per ``model.fit``.
+        """
+        self.controls.reset()
+        session, manager = self.take_run()
+        self.progress.session_started(driver.total_steps, driver.steps_per_epoch)
+        try:
+            info, start = self.restore_into(driver, manager)
+        except BaseException as exc:
+            self.fail(exc, session, manager)
+            raise
+        duties = self.make_duties(driver, session, manager, start)
+        self.duties = duties
+        if info is None:
+            point = StartPoint(step=0, initial_epoch=0, skip=0)
+        else:
+            self.announce_runtime(info)
+            point = driver.start_point(info.step, info.epoch, info.extras)
+        self._light = LightSession(
+            driver,
+            session,
+            manager,
+            duties,
+            point,
+            finish=lambda: self.finish(driver.total_steps, session, manager),
+            released=self.progress.finish,
+        )
+        return self._light
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """End what the loop still holds; idempotent.
+
+        After ``exc`` (the ``with`` block raised) the session is closed as
+        :meth:`fail` says, else as stopped (the next run takes it at once);
+        a lighter-path session gives no more callbacks; the upload in
+        flight is finished.
+        """
+        session, manager = self.session, self.checkpoints
+        if exc is not None and session is not None and manager is not None:
+            with contextlib.suppress(Exception):
+                self.fail(exc, session, manager)
+        if self._light is not None:
+            self._light.close()
+        if session is not None:
+            session.close("stopped")
+        if manager is not None:
+            with contextlib.suppress(Exception):
+                manager.close()
+
+    # --- the loop ---------------------------------------------------------------------
 
     def connect(self) -> Any:
         """Connect to the accelerator (once); returns the strategy."""
@@ -113,7 +211,7 @@ class RunLoop:
         """Train ``driver`` to its end: steps 1 to 5 of the module docstring."""
         strategy = self.connect()
         self.controls.reset()
-        self.stopped = False
+        self._stopped = False
         done = self._completed_record()
         if done is not None and not _asks_for_more(done, driver.total_steps):
             self._load_completed(driver, strategy, done)
@@ -193,10 +291,10 @@ class RunLoop:
             except Exception as exc:
                 if not is_accelerator_loss(exc):
                     raise
-                if self.recoveries >= self.options.max_recoveries:
+                if self._recoveries >= self.options.max_recoveries:
                     self.events.emit(
                         "recovery.gave_up",
-                        f"accelerator lost again after {self.recoveries} recoveries",
+                        f"accelerator lost again after {self._recoveries} recoveries",
                         level="error",
                     )
                     raise
@@ -237,13 +335,13 @@ class RunLoop:
     def _recover(
         self, exc: BaseException, session: RunSession, manager: CheckpointManager
     ) -> None:
-        self.recoveries += 1
+        self._recoveries += 1
         step = self.duties.step if self.duties else None
         session.update(state="recovering")
         self.events.emit(
             "recovery.started",
             f"accelerator lost ({type(exc).__name__}: {str(exc)[:200]}); "
-            f"recovery {self.recoveries} of {self.options.max_recoveries}",
+            f"recovery {self._recoveries} of {self.options.max_recoveries}",
             level="warning",
             step=step,
         )
@@ -252,7 +350,7 @@ class RunLoop:
         manager.wait()
         with contextlib.suppress(Exception):
             manager.check()
-        self.sleep(self._recovery_backoff.backoff(self.recoveries))
+        self.sleep(self._recovery_backoff.backoff(self._recoveries))
         self.accelerator.reconnect()
         self.events.emit(
             "recovery.reconnected",
@@ -303,10 +401,10 @@ class RunLoop:
         manager.wait()
         manager.check()
         duties.beat()  # the final beat names the final checkpoint
-        self.stopped = self.controls.stop_requested and (
+        self._stopped = self.controls.stop_requested and (
             total_steps is None or duties.step < total_steps
         )
-        if self.stopped:
+        if self._stopped:
             session.close("stopped")
             of = f" of {total_steps}" if total_steps else ""
             self.events.emit(
@@ -427,6 +525,17 @@ def _completed_message(done: dict[str, Any], total_steps: int | None) -> str:
             f"it cannot go back: restored its final state (step {final})"
         )
     return "the run had completed; restored its final state"
+
+
+def _added(items: list[Any], item: Any) -> Callable[[], None]:
+    """Append ``item`` to ``items``; returns what removes it (once, or never)."""
+    items.append(item)
+
+    def remove() -> None:
+        if item in items:
+            items.remove(item)
+
+    return remove
 
 
 def _never_write() -> None:

@@ -5,6 +5,10 @@ training loop acts on them between steps. They work during ``fit`` because
 the agent's once-a-second tick refreshes this panel and runs the
 :class:`~colab_resume.panel.pump.KernelPump`, which handles the clicks
 waiting in the kernel.
+
+The panel uses the agent's public API only; what else it needs (the run
+directory's storage, to read the report; the console, to quiet it) the
+agent hands it.
 """
 
 from __future__ import annotations
@@ -17,17 +21,26 @@ from colab_resume.panel.pump import KernelPump
 from colab_resume.panel.widgets import PanelBox
 
 if TYPE_CHECKING:
+    from colab_resume.agent.console import ConsoleSink
     from colab_resume.agent.core import Agent
+    from colab_resume.storage import Storage
 
 log = logging.getLogger(__name__)
 
 
 class AgentPanel(PanelBox):
-    """The displayed widget; see the module docstring."""
+    """The displayed widget; see the module docstring.
 
-    def __init__(self, agent: Agent) -> None:
+    Args:
+        agent: the agent shown and steered.
+        storage: its run directory (the report is read from there).
+        console: its event lines under the cell, quiet while the panel shows.
+    """
+
+    def __init__(self, agent: Agent, storage: Storage, console: ConsoleSink) -> None:
         super().__init__(title=f"colab_resume · {agent.run_dir}", read_only=False)
         self.agent = agent
+        self._storage = storage
         self.pump = KernelPump.find()
         self.save_button.on_click(lambda _: self._save())
         self.pause_button.on_click(lambda _: self._pause_or_resume())
@@ -36,7 +49,7 @@ class AgentPanel(PanelBox):
         # Outside a kernel nothing displays it: stay inert, cost nothing.
         if self.pump is not None:
             agent.on_progress(self.refresh)
-            agent.console.panel_shown = True  # its event lines say it all
+            console.panel_shown = True  # its event lines say it all
         self.refresh()
 
     def refresh(self) -> None:
@@ -74,7 +87,7 @@ class AgentPanel(PanelBox):
 
         self.agent.flush_history(timeout=10.0)
         try:
-            png = render(read_report(self.agent.storage), title=self.agent.run_dir)
+            png = render(read_report(self._storage), title=self.agent.run_dir)
         except ImportError:
             self.show_report(
                 None, "the report needs matplotlib: pip install matplotlib"
@@ -86,5 +99,5 @@ class AgentPanel(PanelBox):
         self.show_report(png)
 
 
-def agent_panel(agent: Agent) -> AgentPanel:
-    return AgentPanel(agent)
+def agent_panel(agent: Agent, storage: Storage, console: ConsoleSink) -> AgentPanel:
+    return AgentPanel(agent, storage, console)

@@ -92,7 +92,7 @@ print("FIT RETURNED after %.1fs" % (time.monotonic() - started))
 """
 
 STATUS_CELL = """
-print("STATUS", agent.controls.stop_requested, agent.progress().state)
+print("STATUS", agent._controls.stop_requested, agent.progress().state)  # internal flag
 """
 
 

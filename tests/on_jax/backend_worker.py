@@ -279,7 +279,7 @@ def main() -> int:
         "restores": seen["restored"],
         "runtime_changed": seen["changed"],
         "steps_here": trained["steps"],
-        "recoveries": agent._loop.recoveries,
+        "recoveries": agent.recoveries,
         "iterations": int(host(model.optimizer.iterations)),  # type: ignore[call-overload]
         "tensorflow_imported": "tensorflow" in sys.modules,
         "devices": agent.connection.replicas if agent.connection else None,

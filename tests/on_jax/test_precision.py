@@ -23,7 +23,7 @@ agent.connect()
 out = {"connected": [agent.connection.precision,
                      keras.mixed_precision.global_policy().name],
        "messages": messages}
-agent.accelerator.reconnect()  # resets Keras' global state first
+agent._accelerator.reconnect()  # internal (what a recovery does): resets Keras' state
 out["reconnected"] = [agent.connection.precision,
                       keras.mixed_precision.global_policy().name]
 print("RESULT " + json.dumps(out))

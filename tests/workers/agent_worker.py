@@ -165,7 +165,7 @@ def main() -> int:
 
     agent.on_step(after_step)
     if args.tick_seconds is not None:
-        agent.telemetry.interval = args.tick_seconds
+        agent._loop.progress.interval = args.tick_seconds  # internal: the tick's knob
 
     if args.loop == "fit":
         history = agent.fit(
