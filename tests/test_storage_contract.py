@@ -16,7 +16,8 @@ import google_crc32c
 import pytest
 
 from colab_resume.storage import Storage, split_url
-from colab_resume.storage.backend import ObjectInfo, Store, store_class
+from colab_resume.storage.backend import ObjectInfo, Store
+from colab_resume.storage.stores import store_class
 
 
 def crc32c_b64(data: bytes) -> str:

@@ -30,9 +30,9 @@ from typing import Any
 from colab_resume import backend
 from colab_resume.agent import callback_state, metric_state, spans
 from colab_resume.agent.driver import Snapshot
-from colab_resume.agent.random_ops import RandomOpWatch
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
+from colab_resume.backend.random_ops import RandomOpWatch
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.state import ModelAndExtras
 from colab_resume.data import (

@@ -18,13 +18,15 @@ Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from colab_resume.backend.base import CustomLoop, StepHooks
+from colab_resume.dataset_contract import DatasetError, accepts_skip
 from colab_resume.runtime.errors import AcceleratorNotFoundError, LogicalDevicesError
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -199,7 +201,6 @@ class JaxBackend:
         skip: int,
         steps_per_epoch: int,
     ) -> Any:
-        from colab_resume.data import numpy_epoch
 
         return numpy_epoch(
             make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
@@ -212,7 +213,6 @@ class JaxBackend:
         self, make_dataset: Callable[..., Any], dataset: Any, epoch: int, model: Any
     ) -> None:
         # Built again: looking into ``dataset`` would consume its first batch.
-        from colab_resume.data import check_numpy_batch, first_batch
 
         check_numpy_batch(first_batch(make_dataset, epoch), replicas(), epoch)
 
@@ -246,7 +246,6 @@ class JaxBackend:
         self, loop: CustomLoop, start_step: int, duties: StepHooks, strategy: Any
     ) -> None:
         """``train_step`` gets each global batch, laid out over the devices."""
-        from colab_resume.data import check_numpy_batch
 
         for epoch, batches, steps in loop.epochs(start_step):
             for index in range(steps):
@@ -277,4 +276,100 @@ class JaxBackend:
         return np.array(keras.ops.convert_to_numpy(variable.value), copy=True)
 
     def fused_reader(self, variables: list[Any]) -> Callable[[], list[Any]] | None:
+        return None
+
+
+# --- JAX's epoch data: NumPy batches, no tf.data ---------------------------
+
+
+def numpy_epoch(
+    make_dataset: Callable[..., Any],
+    epoch: int,
+    *,
+    skip: int,
+    steps_per_epoch: int,
+) -> Iterator[Any]:
+    """JAX: ``make_dataset(epoch)``'s NumPy batches after ``skip``, as a generator.
+
+    ``make_dataset`` returns an iterable of batches (tuples or dicts of NumPy
+    arrays) or a ``keras.utils.PyDataset``; no tf.data, so no TensorFlow.
+    Without a ``skip`` keyword the skipped batches are drawn and dropped.
+    Keras' ``fit`` takes the result as a Python generator (a PyDataset's
+    worker processes are not used: its batches are read in order here).
+
+    Raises:
+        DatasetError: it is a ``tf.data.Dataset``, not iterable, or too short.
+    """
+    places_skip = accepts_skip(make_dataset)
+    dataset = make_dataset(epoch, skip=skip) if places_skip else make_dataset(epoch)
+    start = 0 if places_skip else skip
+    wanted = steps_per_epoch - skip
+    if type(dataset).__module__.startswith("tensorflow"):
+        raise DatasetError(
+            f"make_dataset({epoch}) returned a {type(dataset).__name__}; on the JAX "
+            f"backend it must return NumPy batches (a list or generator of (x, y) "
+            f"tuples of arrays, or a keras.utils.PyDataset), so TensorFlow is not "
+            f"needed."
+        )
+    length = _length(dataset)
+    if length is not None and length - start < wanted:
+        raise DatasetError(
+            f"make_dataset({epoch}) yields {length - start + skip} batches but "
+            f"steps_per_epoch is {steps_per_epoch}. Lower steps_per_epoch, or "
+            f"make make_dataset yield more batches."
+        )
+    if _is_py_dataset(dataset):
+        batches: Iterator[Any] = (dataset[i] for i in range(start, start + wanted))
+    else:
+        try:
+            iterator = iter(dataset)
+        except TypeError:
+            raise DatasetError(
+                f"make_dataset({epoch}) returned {type(dataset).__name__}, which is "
+                f"not iterable; on the JAX backend return NumPy batches (a list or "
+                f"generator of (x, y) tuples) or a keras.utils.PyDataset."
+            ) from None
+        batches = itertools.islice(iterator, start, start + wanted)
+    return (batch for batch in batches)  # Keras' fit wants a real generator
+
+
+def first_batch(make_dataset: Callable[..., Any], epoch: int) -> Any:
+    """JAX: the first batch of ``make_dataset(epoch)`` (None if it is empty)."""
+    return next(numpy_epoch(make_dataset, epoch, skip=0, steps_per_epoch=1), None)
+
+
+def check_numpy_batch(batch: Any, replicas: int, epoch: int) -> None:
+    """JAX: refuse a first batch that cannot be split evenly over ``replicas``.
+
+    Raises:
+        DatasetError: its size is not a multiple of ``replicas``.
+    """
+    import keras
+
+    arrays = keras.tree.flatten(batch) if batch is not None else []
+    shape = getattr(arrays[0], "shape", ()) if arrays else ()
+    if replicas > 1 and shape and int(shape[0]) % replicas:
+        size = int(shape[0])
+        good = max(replicas, size - size % replicas)
+        raise DatasetError(
+            f"make_dataset({epoch}) yields batches of {size} examples, which "
+            f"cannot be split evenly over {replicas} devices. Batch by a multiple "
+            f"of {replicas} (e.g. {good}) — the global batch — and drop the last "
+            f"short batch."
+        )
+
+
+def _is_py_dataset(dataset: Any) -> bool:
+    import keras
+
+    return isinstance(dataset, keras.utils.PyDataset)
+
+
+def _length(dataset: Any) -> int | None:
+    if _is_py_dataset(dataset):
+        count = dataset.num_batches
+        return int(count) if count is not None else None
+    try:
+        return len(dataset)
+    except TypeError:
         return None

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from colab_resume.backend.base import CustomLoop, StepHooks
+from colab_resume.dataset_contract import DatasetError, accepts_skip
 
 
 def tf_variable(variable: Any) -> Any:
@@ -38,8 +39,6 @@ def epoch_dataset(
         DatasetError: it is not a ``tf.data.Dataset``, or it is too short.
     """
     import tensorflow as tf
-
-    from colab_resume.data import DatasetError, accepts_skip
 
     places_skip = accepts_skip(make_dataset)
     dataset = make_dataset(epoch, skip=skip) if places_skip else make_dataset(epoch)
@@ -71,8 +70,6 @@ def check_global_batch(dataset: Any, replicas: int, epoch: int) -> None:
         DatasetError: a batch's size is not a multiple of ``replicas``.
     """
     import tensorflow as tf
-
-    from colab_resume.data import DatasetError
 
     if replicas <= 1:
         return
@@ -131,7 +128,7 @@ class TensorFlowBackend:
         return combined.filter(lambda *batch: tf.constant(True))
 
     def random_op_watch(self) -> Any:
-        from colab_resume.agent.random_ops import RandomOpWatch
+        from colab_resume.backend.random_ops import RandomOpWatch
 
         try:
             from tensorflow.python.framework import op_callbacks

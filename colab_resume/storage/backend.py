@@ -6,7 +6,7 @@ by paths relative to the run directory. :class:`~colab_resume.storage.store.Stor
 wraps one store with what is the same everywhere (retries, the retry
 budget, redaction, bounded reads, the listing bound) and never asks which
 kind of store it has. A new kind of store (Drive, say) is a new subclass
-and one line in :func:`store_class`.
+and one line in :func:`colab_resume.storage.stores.store_class`.
 
 What the protocol relies on, and every store must keep:
 
@@ -256,25 +256,6 @@ class Store(abc.ABC):
             f"access to that directory (`chown`/`chmod`), or point run_dir "
             f"at one it can write."
         )
-
-
-def store_class(protocol: str) -> type[Store]:
-    """The kind of store for a URL scheme: the one place that tells them apart.
-
-    Imported lazily: gcsfs and its HTTP stack load only for gs:// run
-    directories.
-    """
-    if protocol == "file":
-        from colab_resume.storage.local import LocalStore
-
-        return LocalStore
-    if protocol in GCS_PROTOCOLS:
-        from colab_resume.storage.gcs import GcsStore
-
-        return GcsStore
-    from colab_resume.storage.fsspec_store import FsspecStore
-
-    return FsspecStore
 
 
 GCS_PROTOCOLS = ("gs", "gcs")

@@ -32,10 +32,11 @@ from colab_resume.errors import (
     TooManyObjectsError,
     UnsupportedURLError,
 )
-from colab_resume.storage.backend import ObjectInfo, Store, store_class
+from colab_resume.storage.backend import ObjectInfo, Store
 from colab_resume.storage.faults import is_forbidden
 from colab_resume.storage.records import MAX_RECORD_BYTES, decode
 from colab_resume.storage.retry import RetryHook, RetryPolicy, call_with_retry
+from colab_resume.storage.stores import store_class
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,8 @@ import keras
 import numpy as np
 import pytest
 
-from colab_resume.data import (
-    DatasetError,
-    check_numpy_batch,
-    epoch_dataset,
-    fingerprint,
-)
+from colab_resume.backend.jax import check_numpy_batch
+from colab_resume.data import DatasetError, epoch_dataset, fingerprint
 
 
 def batches(epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:

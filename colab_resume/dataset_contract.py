@@ -1,0 +1,31 @@
+"""What ``make_dataset`` owes the agent: its errors and its ``skip`` keyword.
+
+Below both :mod:`colab_resume.data` (which positions epochs and checks
+fingerprints) and the backends (which build an epoch their own way), so
+that neither imports the other for these.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from colab_resume.errors import ColabResumeError
+
+
+class DatasetError(ColabResumeError, ValueError):
+    """``make_dataset`` returned something unusable."""
+
+
+class NonDeterministicDatasetError(DatasetError):
+    """``make_dataset(epoch)`` gave different batches before and after a restart."""
+
+
+def accepts_skip(make_dataset: Callable[..., Any]) -> bool:
+    """True when ``make_dataset`` takes a ``skip`` keyword (it skips index-first)."""
+    try:
+        parameters = inspect.signature(make_dataset).parameters
+    except (TypeError, ValueError):
+        return False
+    return "skip" in parameters
