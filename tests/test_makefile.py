@@ -1,7 +1,7 @@
 """`make test` runs every phase even when one fails, and says which failed.
 
 The Makefile is the repository's own, run by real make in a copy of the
-tree. The tools each phase calls (ruff, mypy, and the pythons of the main,
+tree. The tools each phase calls (ruff, mypy, mkdocs, and the pythons of the main,
 JAX and browser virtualenvs) are stand-ins here: the real phases take half
 an hour. Each stand-in records that it ran and fails when told to, which is
 all `make test` may rely on.
@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Which stand-in each phase of `make test` calls, in the order they run.
 PHASES = {
     "lint": ("ruff", ".venv/bin/ruff"),
+    "docs": ("mkdocs", "build/venv-docs/bin/mkdocs"),
     "suite": ("suite", ".venv/bin/python"),
     "jax-test": ("jax", "build/venv-jax/bin/python"),
     "browser-test": ("browser", "build/venv-browser/bin/python"),
@@ -30,10 +31,17 @@ OTHER_TOOLS = {
     "colab": "build/venv-colab/bin/python",
     "chromium": "path/chromium",
 }
-STAMPS = (".venv", "build/venv-jax", "build/venv-browser", "build/venv-colab")
+STAMPS = (
+    ".venv",
+    "build/venv-docs",
+    "build/venv-jax",
+    "build/venv-browser",
+    "build/venv-colab",
+)
 SOURCES = (
     "setup.py",
     "pyproject.toml",
+    "docs/requirements.txt",
     "tests/browser/requirements-lab.txt",
     "tests/browser/requirements-colab.txt",
 )
@@ -111,5 +119,5 @@ def test_all_phases_passing_pass(tree):
     result, ran = make_test(tree)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    assert ran == ["ruff", "ruff", "mypy", "suite", "jax", "browser"], output
+    assert ran == ["ruff", "ruff", "mypy", "mkdocs", "suite", "jax", "browser"], output
     assert "make test: all phases passed" in result.stdout, output

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-# Annotations only, never imported at run time: the duties call the driver, the driver is handed the duties, so the
-# two modules name each other's types without an import cycle.
+# Annotations only, never imported at run time: the two modules name
+# each other's types without an import cycle.
 if TYPE_CHECKING:
     from colab_resume.agent.steps import StepDuties
     from colab_resume.checkpoint import RestoredInfo

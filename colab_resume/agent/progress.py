@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 from colab_resume.events import Event
 from colab_resume.report.history import HistoryRecorder
 
-# Annotations only, never imported at run time: the loop owns its tracker, the tracker reads the loop it is given, so the
-# two modules name each other's types without an import cycle.
+# Annotations only, never imported at run time: the two modules name
+# each other's types without an import cycle.
 if TYPE_CHECKING:
     from colab_resume.agent.loop import RunLoop
 

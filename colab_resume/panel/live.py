@@ -20,8 +20,8 @@ from colab_resume.panel.model import facts_of, view
 from colab_resume.panel.pump import KernelPump
 from colab_resume.panel.widgets import PanelBox
 
-# Annotations only, never imported at run time: the Agent makes its panel, the panel draws the Agent it is given, so the
-# two modules name each other's types without an import cycle.
+# Annotations only, never imported at run time: the two modules name
+# each other's types without an import cycle.
 if TYPE_CHECKING:
     from colab_resume.agent.console import ConsoleSink
     from colab_resume.agent.core import Agent
