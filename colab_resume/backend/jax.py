@@ -201,7 +201,6 @@ class JaxBackend:
         skip: int,
         steps_per_epoch: int,
     ) -> Any:
-
         return numpy_epoch(
             make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
         )

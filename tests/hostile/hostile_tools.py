@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+from colab_resume.checkpoint import CheckpointManager
+from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.storage import Storage
 
@@ -28,6 +30,18 @@ def stopped_run(url: str, options: dict) -> Storage:
         },
     )
     return storage
+
+
+def checkpoint_manager(storage: Storage, tmp_path, events=None) -> CheckpointManager:
+    """Lease 1's manager, never fenced, keeping 5: what restore tests damage."""
+    return CheckpointManager(
+        storage,
+        lease=1,
+        fence=lambda: None,
+        events=events or EventLog(),
+        staging_dir=str(tmp_path / "staging"),
+        keep=5,
+    )
 
 
 def cli(emulator, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -16,8 +16,9 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from hostile_tools import checkpoint_manager as manager
 
-from colab_resume.checkpoint import CheckpointManager, restore
+from colab_resume.checkpoint import restore
 from colab_resume.checkpoint.manifest import crc32c_bytes
 from colab_resume.events import EventLog
 from colab_resume.rundir import CheckpointName
@@ -26,17 +27,6 @@ from colab_resume.storage import Storage
 
 def state(value: float) -> dict:
     return {"w": tf.Variable(np.full((16, 8), value, dtype="float32"))}
-
-
-def manager(storage, tmp_path, events=None) -> CheckpointManager:
-    return CheckpointManager(
-        storage,
-        lease=1,
-        fence=lambda: None,
-        events=events or EventLog(),
-        staging_dir=str(tmp_path / "staging"),
-        keep=5,
-    )
 
 
 def two_checkpoints(storage, tmp_path) -> str:

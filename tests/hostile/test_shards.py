@@ -19,8 +19,9 @@ import struct
 import numpy as np
 import pytest
 import tensorflow as tf
+from hostile_tools import checkpoint_manager as manager
 
-from colab_resume.checkpoint import CheckpointManager, StructureMismatchError, transfer
+from colab_resume.checkpoint import StructureMismatchError, transfer
 from colab_resume.checkpoint.manifest import crc32c_bytes
 from colab_resume.events import EventLog
 from colab_resume.rundir import CheckpointName
@@ -32,17 +33,6 @@ NEWEST = CheckpointName(2, 1)
 
 def state(value: float, columns: int = 8) -> dict:
     return {"w": tf.Variable(np.full((16, columns), value, dtype="float32"))}
-
-
-def manager(storage, tmp_path, events=None) -> CheckpointManager:
-    return CheckpointManager(
-        storage,
-        lease=1,
-        fence=lambda: None,
-        events=events or EventLog(),
-        staging_dir=str(tmp_path / "staging"),
-        keep=5,
-    )
 
 
 @pytest.fixture
