@@ -17,11 +17,11 @@ import keras  # noqa: E402
 from support.toy import at_step  # noqa: E402
 
 import colab_resume as cr  # noqa: E402
-from colab_resume import rundir  # noqa: E402
 from colab_resume.agent.keras_fit import ModelError  # noqa: E402
 from colab_resume.data import DatasetError  # noqa: E402
 from colab_resume.errors import RunInUseError  # noqa: E402
 from colab_resume.heartbeat import RunSession, SessionOptions  # noqa: E402
+from colab_resume.protocol import rundir  # noqa: E402
 from colab_resume.storage import Storage  # noqa: E402
 
 X = np.random.RandomState(0).randn(128, 4).astype("float32")

@@ -17,11 +17,11 @@ import time
 import numpy as np
 import pytest
 
-from colab_resume import rundir
 from colab_resume.errors import FencedError
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.heartbeat.lease import read_lease
-from colab_resume.heartbeat.records import BeatRecord, parse
+from colab_resume.protocol import rundir
+from colab_resume.protocol.records import BeatRecord, parse
 from colab_resume.storage import Storage
 
 BEAT = 0.3

@@ -23,7 +23,7 @@ import json
 from support import Process, worker
 from support.starting import start_together
 
-from colab_resume.listing import RunListing, read_leases
+from colab_resume.protocol.listing import RunListing, read_leases
 from colab_resume.storage import Storage
 
 ROUNDS, RACERS = 10, 3
@@ -107,9 +107,9 @@ def test_a_manifest_landing_after_the_next_lease_is_not_committed(
     later restore can pick up the fenced session's work, and retention
     removes it as a leftover.
     """
-    from colab_resume import rundir
     from colab_resume.checkpoint import retention
     from colab_resume.heartbeat import RunSession, SessionOptions, read_status
+    from colab_resume.protocol import rundir
 
     storage = Storage(gcs_run_dir, gcs_options)
     first = RunSession.open(storage, SessionOptions(heartbeat_seconds=60))

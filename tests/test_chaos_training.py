@@ -13,7 +13,7 @@ import pytest
 from faultproxy import FaultMix
 from support import Process, assert_bitwise_equal, wait_for, worker
 
-from colab_resume.listing import RunListing
+from colab_resume.protocol.listing import RunListing
 from colab_resume.storage import Storage
 
 SAVE_STEPS = [5, 10, 15, 20, 25, 30, 35, 36]  # 36 steps, a save every 5, final

@@ -25,7 +25,7 @@ from colab_resume.checkpoint import (
 )
 from colab_resume.errors import FencedError
 from colab_resume.events import EventLog
-from colab_resume.rundir import MANIFEST, CheckpointName
+from colab_resume.protocol.rundir import MANIFEST, CheckpointName
 from colab_resume.storage import Storage
 
 

@@ -13,7 +13,7 @@ from support import Process, assert_bitwise_equal, wait_for
 from support import worker as start_worker
 from support.checkpoints import is_data_file
 
-from colab_resume.rundir import MANIFEST, CheckpointName
+from colab_resume.protocol.rundir import MANIFEST, CheckpointName
 from colab_resume.storage import Storage
 
 

@@ -7,13 +7,13 @@ import sys
 import pytest
 
 from colab_resume.checkpoint import Manifest, SaveTriggers, TriggerOptions
-from colab_resume.checkpoint.manifest import FileEntry, crc32c_bytes
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.checkpoint.retention import plan
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
-from colab_resume.listing import CheckpointDir
-from colab_resume.rundir import MANIFEST, CheckpointName
+from colab_resume.protocol.listing import CheckpointDir
+from colab_resume.protocol.manifest import FileEntry, crc32c_bytes
+from colab_resume.protocol.rundir import MANIFEST, CheckpointName
 from colab_resume.storage import ObjectInfo
 
 

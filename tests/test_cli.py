@@ -11,9 +11,9 @@ import time
 import pytest
 from support import Process, cli, run_cli, wait_for, worker
 
-from colab_resume import rundir
 from colab_resume.cli import main
 from colab_resume.heartbeat import RunSession, SessionOptions
+from colab_resume.protocol import rundir
 from colab_resume.storage import Storage
 
 CLI = [sys.executable, "-m", "colab_resume"]

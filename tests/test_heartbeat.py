@@ -10,11 +10,11 @@ from support import wait_for as wait_until
 from support.starting import start_together
 
 import colab_resume as cr
-from colab_resume import rundir
 from colab_resume.errors import FencedError, RunInUseError
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.heartbeat.lease import read_lease
-from colab_resume.listing import RunListing, read_leases
+from colab_resume.protocol import rundir
+from colab_resume.protocol.listing import RunListing, read_leases
 from colab_resume.storage import Storage
 
 BEAT = 0.4

@@ -7,9 +7,9 @@ import time
 from faultproxy import FaultMix
 
 import colab_resume as cr
-from colab_resume import rundir
 from colab_resume.heartbeat import RunSession, SessionOptions
-from colab_resume.heartbeat.records import BeatRecord, parse
+from colab_resume.protocol import rundir
+from colab_resume.protocol.records import BeatRecord, parse
 from colab_resume.storage import Storage
 
 BEAT = 0.5

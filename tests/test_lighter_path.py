@@ -17,7 +17,7 @@ import random
 import pytest
 from support import assert_bitwise_equal, run_cli, run_worker, worker
 
-from colab_resume import rundir
+from colab_resume.protocol import rundir
 from colab_resume.storage import Storage
 
 pytest.importorskip("tensorflow", reason="the lighter path trains with TensorFlow")

@@ -7,10 +7,10 @@ import uuid
 import pytest
 
 import colab_resume as cr
-from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError
 from colab_resume.heartbeat import RunSession, SessionOptions, liveness
-from colab_resume.heartbeat.records import BeatRecord, LeaseRecord, parse, to_json
+from colab_resume.protocol import rundir
+from colab_resume.protocol.records import BeatRecord, LeaseRecord, parse, to_json
 from colab_resume.storage import Storage
 
 

@@ -299,7 +299,7 @@ def test_monitor_of_a_completed_run_offers_no_take_over(tmp_path):
     pytest.importorskip("tensorflow")
     from support.toy import tiny_fit_parts
 
-    from colab_resume.listing import read_leases
+    from colab_resume.protocol.listing import read_leases
 
     build_model, data = tiny_fit_parts()
     run_dir = str(tmp_path / "run")

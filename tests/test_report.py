@@ -294,7 +294,7 @@ def test_a_session_killed_after_commits_its_beat_never_showed_ends_at_them(
     from support import toy, wait_for, worker
 
     import colab_resume as cr
-    from colab_resume.listing import RunListing
+    from colab_resume.protocol.listing import RunListing
 
     run_dir = str(tmp_path / "run")
     os.mkdir(run_dir)  # inspected before the worker's session creates it
@@ -415,8 +415,8 @@ def test_a_death_is_drawn_at_its_last_commit_when_that_came_after_its_last_beat(
     """Beats and commits do not wait for each other: a session that beat at
     step 31, committed step 60 half a minute later and died is drawn dying
     at step 60, when that commit landed (both times the server's)."""
-    from colab_resume import rundir
     from colab_resume.heartbeat import RunSession, SessionOptions
+    from colab_resume.protocol import rundir
 
     storage = Storage(str(tmp_path / "run"))
     dying = RunSession.open(storage, SessionOptions(heartbeat_seconds=60))

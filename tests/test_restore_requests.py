@@ -21,7 +21,7 @@ from support.checkpoints import is_data_file
 
 from colab_resume.checkpoint import CheckpointManager
 from colab_resume.events import EventLog
-from colab_resume.rundir import CheckpointName
+from colab_resume.protocol.rundir import CheckpointName
 from colab_resume.storage import Storage
 
 

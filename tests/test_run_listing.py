@@ -17,9 +17,10 @@ import pathlib
 import pytest
 
 import colab_resume
-from colab_resume import cli, commit, rundir
+from colab_resume import cli
 from colab_resume.heartbeat import RunSession, SessionOptions
-from colab_resume.listing import RunListing
+from colab_resume.protocol import commit, rundir
+from colab_resume.protocol.listing import RunListing
 from colab_resume.storage import ObjectInfo, Storage
 
 
@@ -157,11 +158,20 @@ def _imports(module_file: pathlib.Path) -> set[str]:
     "files, forbidden",
     [
         ("heartbeat/*.py", ("colab_resume.checkpoint",)),
-        ("listing.py", ("colab_resume.checkpoint", "colab_resume.heartbeat")),
-        ("commit.py", ("colab_resume.checkpoint", "colab_resume.heartbeat")),
+        # The protocol package is the spec: it reads what the storage layer
+        # lists and stands below everything that acts on it.
+        (
+            "protocol/*.py",
+            (
+                "colab_resume.checkpoint",
+                "colab_resume.heartbeat",
+                "colab_resume.agent",
+                "colab_resume.backend",
+            ),
+        ),
     ],
 )
-def test_the_listing_sits_below_heartbeat_and_checkpoint(files, forbidden):
+def test_the_protocol_sits_below_heartbeat_and_checkpoint(files, forbidden):
     package = pathlib.Path(colab_resume.__file__).parent
     paths = sorted(package.glob(files))
     assert paths

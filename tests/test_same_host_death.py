@@ -23,12 +23,13 @@ import uuid
 import pytest
 from support import Process, run_cli, worker
 
-from colab_resume import procfs, rundir
+from colab_resume import procfs
 from colab_resume.errors import RunInUseError
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.heartbeat.lease import read_lease
 from colab_resume.heartbeat.process import ProcessIdentity, proof_of_death, this_process
-from colab_resume.heartbeat.records import LeaseRecord, to_json
+from colab_resume.protocol import rundir
+from colab_resume.protocol.records import LeaseRecord, to_json
 from colab_resume.storage import Storage
 
 HERE = this_process()

@@ -15,11 +15,11 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 
-from colab_resume import rundir
 from colab_resume.agent.options import AgentOptions
 from colab_resume.cli import main
 from colab_resume.errors import RunMismatchError
 from colab_resume.heartbeat import RunSession, SessionOptions
+from colab_resume.protocol import rundir
 from colab_resume.storage import Storage
 
 HOSTILE = "$(touch {p}); rm -rf {p}-x; `touch {p}`"

@@ -17,8 +17,8 @@ import pytest
 from safetensors.numpy import save_file
 
 from colab_resume.checkpoint.arrays import read_arrays, write_arrays
-from colab_resume.checkpoint.manifest import FileEntry, crc32c_bytes
 from colab_resume.checkpoint.shard_file import DamagedShardError
+from colab_resume.protocol.manifest import FileEntry, crc32c_bytes
 
 
 def arrays() -> dict[str, np.ndarray]:

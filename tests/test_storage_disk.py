@@ -117,7 +117,7 @@ def test_a_rerun_after_a_full_disk_first_clears_the_dead_upload(small_disk, tmp_
 
     from colab_resume.checkpoint import CheckpointManager
     from colab_resume.events import EventLog
-    from colab_resume.rundir import CheckpointName
+    from colab_resume.protocol.rundir import CheckpointName
 
     disk, _ = small_disk
     storage = Storage(str(disk / "run"))

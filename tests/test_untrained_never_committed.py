@@ -23,7 +23,7 @@ from support.toy import at_step, tiny_fit_parts
 
 import colab_resume as cr
 from colab_resume.checkpoint.errors import NoValidCheckpointError
-from colab_resume.listing import RunListing
+from colab_resume.protocol.listing import RunListing
 from colab_resume.storage import Storage
 
 STEPS_PER_EPOCH = 8

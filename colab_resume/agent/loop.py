@@ -45,7 +45,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from colab_resume import rundir
 from colab_resume.agent import epoch_length, runtime_facts
 from colab_resume.agent.callback import ModelState, StartPoint
 from colab_resume.agent.controls import Controls
@@ -62,7 +61,8 @@ from colab_resume.checkpoint import (
 from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
-from colab_resume.listing import read_leases
+from colab_resume.protocol import rundir
+from colab_resume.protocol.listing import read_leases
 from colab_resume.runtime import Accelerator, Connection, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage

@@ -12,9 +12,9 @@ from colab_resume.checkpoint.errors import (
     StructureMismatchError,
 )
 from colab_resume.checkpoint.manager import CheckpointConfig, CheckpointManager
-from colab_resume.checkpoint.manifest import Manifest
 from colab_resume.checkpoint.restore import RestoredInfo
 from colab_resume.checkpoint.triggers import SaveTriggers, TriggerOptions
+from colab_resume.protocol.manifest import Manifest
 
 __all__ = [
     "CheckpointConfig",

@@ -42,7 +42,6 @@ from colab_resume.checkpoint.errors import (
     DamagedCheckpointError,
     StructureMismatchError,
 )
-from colab_resume.checkpoint.manifest import FileEntry
 from colab_resume.checkpoint.shard_file import header_limit, read_views
 from colab_resume.checkpoint.state import (
     StateLike,
@@ -54,6 +53,7 @@ from colab_resume.checkpoint.state import (
     metrics_pending,
     same_objects,
 )
+from colab_resume.protocol.manifest import FileEntry
 
 SUFFIX = ".safetensors"
 # The loss-scale variables of a LossScaleOptimizer (mixed_float16 only).

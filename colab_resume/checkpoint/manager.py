@@ -33,15 +33,15 @@ from typing import Any
 
 from colab_resume import backend, defaults
 from colab_resume.checkpoint import formats, retention, transfer
-from colab_resume.checkpoint.manifest import FileEntry, Manifest, crc32c_file
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_bound
 from colab_resume.checkpoint.state import StateLike
 from colab_resume.checkpoint.uploader import Uploader
 from colab_resume.errors import FencedError
 from colab_resume.events import EventLog
-from colab_resume.listing import RunListing
-from colab_resume.rundir import CheckpointName
+from colab_resume.protocol.listing import RunListing
+from colab_resume.protocol.manifest import FileEntry, Manifest, crc32c_file
+from colab_resume.protocol.rundir import CheckpointName
 from colab_resume.storage import Storage
 from colab_resume.validate import check_int
 

@@ -6,7 +6,7 @@ every file the manifest lists, with the listed size and, where the storage
 keeps one, the listed CRC32C. Then every file is downloaded with one
 request each, its size and CRC32C computed as the bytes stream in, and
 compared with the manifest, which is trusted once its commit marker is
-(:mod:`colab_resume.commit`): damage that happened after the listing, on
+(:mod:`colab_resume.protocol.commit`): damage that happened after the listing, on
 the wire, or on a storage that keeps no checksums is caught there. The
 reader checks the CRC32C once more over the bytes it restores from (held
 in memory of its own), so a file changed on the local disk after that
@@ -29,19 +29,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume import commit
 from colab_resume.checkpoint import transfer
 from colab_resume.checkpoint.errors import (
     DamagedCheckpointError,
     NoValidCheckpointError,
     StructureMismatchError,
 )
-from colab_resume.checkpoint.manifest import Manifest
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
-from colab_resume.listing import CheckpointDir, RunListing
-from colab_resume.rundir import MANIFEST, CheckpointName
+from colab_resume.protocol import commit
+from colab_resume.protocol.listing import CheckpointDir, RunListing
+from colab_resume.protocol.manifest import Manifest
+from colab_resume.protocol.rundir import MANIFEST, CheckpointName
 from colab_resume.storage import Storage
 
 

@@ -6,16 +6,17 @@ only older than a committed one (so nothing is deleted before its successor
 has committed). Uncommitted directories of this or older leases are
 leftovers of dead or failed uploads and are removed, except the upload in
 flight. What counts as committed, and the order of deletion that keeps a
-half-deleted checkpoint from looking committed, is :mod:`colab_resume.commit`'s.
+half-deleted checkpoint from looking committed, is
+:mod:`colab_resume.protocol.commit`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from colab_resume import commit
-from colab_resume.listing import CheckpointDir
-from colab_resume.rundir import CheckpointName
+from colab_resume.protocol import commit
+from colab_resume.protocol.listing import CheckpointDir
+from colab_resume.protocol.rundir import CheckpointName
 from colab_resume.storage import Storage
 
 
@@ -31,7 +32,7 @@ def plan(
 
     Args:
         dirs: the listed checkpoints, oldest first
-            (:attr:`~colab_resume.listing.RunListing.checkpoints`).
+            (:attr:`~colab_resume.protocol.listing.RunListing.checkpoints`).
         keep: newest committed checkpoints to keep (>= 1).
         keep_every_steps: also keep committed checkpoints at multiples of this.
         lease: the current session's lease; uncommitted directories of newer

@@ -6,12 +6,12 @@ import dataclasses
 import datetime
 from typing import Any
 
-from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError, UnsafePathError
 from colab_resume.heartbeat.lease import read_lease
 from colab_resume.heartbeat.liveness import read_status
-from colab_resume.heartbeat.records import BeatRecord, RunRecord, parse
-from colab_resume.listing import RunListing
+from colab_resume.protocol import rundir
+from colab_resume.protocol.listing import RunListing
+from colab_resume.protocol.records import BeatRecord, RunRecord, parse
 from colab_resume.storage import Storage
 
 

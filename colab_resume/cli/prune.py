@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from colab_resume.checkpoint import retention
 from colab_resume.heartbeat import liveness
-from colab_resume.listing import RunListing
+from colab_resume.protocol.listing import RunListing
 from colab_resume.storage import Storage
 
 

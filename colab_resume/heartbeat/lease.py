@@ -7,7 +7,7 @@ A holder of lease N is superseded by *any* lease object above N, not only
 N+1: a lease can be planted with any number, and the next session then
 takes one above that, so a check of N+1 alone would let two sessions
 write. The holder therefore lists ``lease/`` (one request) through the run
-directory listing (:func:`colab_resume.listing.read_leases`), which is also
+directory listing (:func:`colab_resume.protocol.listing.read_leases`), which is also
 the one place that says what a lease object is; an object there that is
 not one fences the holder as it refuses every other reader.
 """
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError, LeaseRaceError
-from colab_resume.heartbeat.records import LeaseRecord, parse, to_json
-from colab_resume.listing import read_leases
+from colab_resume.protocol import rundir
+from colab_resume.protocol.listing import read_leases
+from colab_resume.protocol.records import LeaseRecord, parse, to_json
 from colab_resume.storage import Storage
 
 
@@ -58,7 +58,7 @@ def successor(storage: Storage, lease: int) -> int | None:
 
     Raises:
         CorruptRecordError: ``lease/`` holds an object that is not a lease,
-            or an absurd number (:func:`~colab_resume.listing.read_leases`).
+            or an absurd number (:func:`~colab_resume.protocol.listing.read_leases`).
     """
     above = [number for number, _ in read_leases(storage) if number > lease]
     return min(above) if above else None

@@ -17,12 +17,13 @@ import dataclasses
 import logging
 from typing import Any
 
-from colab_resume import defaults, rundir
+from colab_resume import defaults
 from colab_resume.errors import CorruptRecordError
 from colab_resume.heartbeat import process
 from colab_resume.heartbeat.lease import read_lease
-from colab_resume.heartbeat.records import BeatRecord, LeaseRecord, parse
-from colab_resume.listing import Lease, RunListing, read_leases
+from colab_resume.protocol import rundir
+from colab_resume.protocol.listing import Lease, RunListing, read_leases
+from colab_resume.protocol.records import BeatRecord, LeaseRecord, parse
 from colab_resume.redact import redact
 from colab_resume.storage import ObjectInfo, Storage
 

@@ -35,7 +35,7 @@ import os
 import socket
 
 from colab_resume import procfs
-from colab_resume.heartbeat.records import LeaseRecord
+from colab_resume.protocol.records import LeaseRecord
 
 # States of /proc/<pid>/stat that run no code: zombie, dead.
 FINISHED_STATES = ("Z", "X", "x")

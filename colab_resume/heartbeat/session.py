@@ -26,13 +26,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume import defaults, rundir
+from colab_resume import defaults
 from colab_resume._version import __version__
 from colab_resume.errors import FencedError, RunInUseError, RunMismatchError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import liveness, process
 from colab_resume.heartbeat.lease import take_lease
-from colab_resume.heartbeat.records import (
+from colab_resume.heartbeat.writer import HeartbeatWriter
+from colab_resume.protocol import rundir
+from colab_resume.protocol.records import (
     MAX_DEAD_AFTER_SECONDS,
     MAX_STALL_AFTER_SECONDS,
     LeaseRecord,
@@ -40,7 +42,6 @@ from colab_resume.heartbeat.records import (
     parse,
     to_json,
 )
-from colab_resume.heartbeat.writer import HeartbeatWriter
 from colab_resume.storage import Storage
 from colab_resume.validate import check_bool, check_seconds
 

@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume import rundir
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import lease as leases
-from colab_resume.heartbeat.records import (
+from colab_resume.protocol import rundir
+from colab_resume.protocol.records import (
     HOLDER_STATES,
     BeatRecord,
     LeaseRecord,

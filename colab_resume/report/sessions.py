@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 
-from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError
 from colab_resume.heartbeat.lease import read_lease
 from colab_resume.heartbeat.liveness import (
@@ -45,10 +44,11 @@ from colab_resume.heartbeat.liveness import (
     STALLED,
     read_status,
 )
-from colab_resume.heartbeat.records import BeatRecord, LeaseRecord, parse
-from colab_resume.listing import RunListing
+from colab_resume.protocol import rundir
+from colab_resume.protocol.listing import RunListing
+from colab_resume.protocol.records import BeatRecord, LeaseRecord, parse
+from colab_resume.protocol.rundir import CheckpointName
 from colab_resume.report.history import HistoryReader, RecordedEvent, RunHistory
-from colab_resume.rundir import CheckpointName
 from colab_resume.storage import ObjectInfo, Storage
 
 # How a session ended.

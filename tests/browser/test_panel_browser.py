@@ -41,7 +41,7 @@ from playwright.sync_api import sync_playwright
 from support.waiting import wait_for
 
 import colab_resume as cr
-from colab_resume.listing import RunListing
+from colab_resume.protocol.listing import RunListing
 from colab_resume.storage import Storage
 
 # Debian's package `chromium` (the Makefile installs it); a browser that is

@@ -14,10 +14,10 @@ from __future__ import annotations
 import pytest
 from hostile_tools import cli, crashed, stopped_run, wait_for
 
-from colab_resume import commit, rundir
 from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.heartbeat import RunSession, SessionOptions
-from colab_resume.listing import RunListing, read_leases
+from colab_resume.protocol import commit, rundir
+from colab_resume.protocol.listing import RunListing, read_leases
 from colab_resume.storage import Storage
 
 

@@ -12,7 +12,7 @@ import pytest
 from hostile_tools import stopped_run
 
 from colab_resume.errors import TooManyObjectsError
-from colab_resume.listing import read_leases
+from colab_resume.protocol.listing import read_leases
 from colab_resume.storage import Storage
 
 

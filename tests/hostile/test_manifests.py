@@ -19,9 +19,9 @@ import tensorflow as tf
 from hostile_tools import checkpoint_manager as manager
 
 from colab_resume.checkpoint import restore
-from colab_resume.checkpoint.manifest import crc32c_bytes
 from colab_resume.events import EventLog
-from colab_resume.rundir import CheckpointName
+from colab_resume.protocol.manifest import crc32c_bytes
+from colab_resume.protocol.rundir import CheckpointName
 from colab_resume.storage import Storage
 
 

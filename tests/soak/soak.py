@@ -44,7 +44,7 @@ from emulator import Emulator  # noqa: E402
 from fake_credentials import token_check  # noqa: E402
 from faultproxy import FaultMix, FaultProxy  # noqa: E402
 
-from colab_resume.listing import RunListing  # noqa: E402
+from colab_resume.protocol.listing import RunListing  # noqa: E402
 from colab_resume.storage import Storage  # noqa: E402
 
 WORKER = os.path.join(TESTS, "workers", "agent_worker.py")

@@ -25,14 +25,15 @@ goes the other way: the manifest is deleted first (:func:`deletion_order`),
 so a deletion cut short leaves an uncommitted directory, never a committed
 one with files missing.
 
-Pure functions: the facts come from a :class:`~colab_resume.listing.RunListing`.
+Pure functions: the facts come from a
+:class:`~colab_resume.protocol.listing.RunListing`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from colab_resume.rundir import MANIFEST
+from colab_resume.protocol.rundir import MANIFEST
 from colab_resume.storage import ObjectInfo
 
 COMMITTED = "committed"

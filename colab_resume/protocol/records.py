@@ -19,8 +19,8 @@ import types
 import typing
 from typing import Any, TypeVar
 
-from colab_resume import rundir
 from colab_resume.errors import CorruptRecordError
+from colab_resume.protocol import rundir
 from colab_resume.storage.records import (
     DAY,
     MAX_INT,

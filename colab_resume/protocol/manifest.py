@@ -1,7 +1,7 @@
 """The commit marker: ``MANIFEST.json``, written last and create-only.
 
 Whether a checkpoint directory counts as committed is decided in one place,
-:mod:`colab_resume.commit`; this module is what the manifest holds.
+:mod:`colab_resume.protocol.commit`; this module is what the manifest holds.
 
 The manifest lists every file with its size and CRC32C (base64 of the
 big-endian CRC32C, the form GCS reports in object metadata), so restore can

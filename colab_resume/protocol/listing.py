@@ -18,9 +18,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from colab_resume import commit, rundir
 from colab_resume.errors import CorruptRecordError
-from colab_resume.rundir import CHECKPOINT_DIR, LEASE_DIR, MANIFEST, CheckpointName
+from colab_resume.protocol import commit, rundir
+from colab_resume.protocol.rundir import (
+    CHECKPOINT_DIR,
+    LEASE_DIR,
+    MANIFEST,
+    CheckpointName,
+)
 from colab_resume.storage import ObjectInfo, Storage
 
 # Leases count up from 1, one per session; a number this far above the
@@ -47,7 +52,7 @@ class CheckpointDir:
 
     @property
     def state(self) -> str:
-        """Its commit state under :func:`colab_resume.commit.judge`."""
+        """Its commit state under :func:`colab_resume.protocol.commit.judge`."""
         return commit.judge(self.objects.get(MANIFEST), self.next_lease_taken_at)
 
     @property
@@ -123,9 +128,9 @@ def read_leases(storage: Storage) -> tuple[Lease, ...]:
     Raises:
         CorruptRecordError: an object under ``lease/`` that is not a lease
             (another width, other digits, a folder: see
-            :func:`~colab_resume.rundir.parse_lease_name`), or a lease
+            :func:`~colab_resume.protocol.rundir.parse_lease_name`), or a lease
             number no session makes: above
-            :data:`~colab_resume.rundir.MAX_LEASE`, or more than
+            :data:`~colab_resume.protocol.rundir.MAX_LEASE`, or more than
             :data:`MAX_LEASE_GAP` above the number of leases. Taking the
             next number would give a lease whose checkpoints nobody sees.
     """

@@ -26,7 +26,7 @@ MANIFEST = "MANIFEST.json"
 
 # A lease object is named with exactly 8 ASCII digits, from 00000001. Any
 # other name under lease/ is not a lease, and every reader refuses the run
-# by that name (colab_resume.listing.read_leases) rather than skip it: a
+# by that name (colab_resume.protocol.listing.read_leases) rather than skip it: a
 # second width would give one number two objects, and create-only would no
 # longer decide who took it. ``[0-9]``, not ``\d``: ``\d`` matches every
 # script's digits, and ``int("３")`` is 3.
