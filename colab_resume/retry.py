@@ -2,7 +2,7 @@
 
 Three things in the package wait and try again, each for its own reason: a
 storage call on a transient fault (:mod:`colab_resume.storage.retry`), the
-TPU connect sequence while the TPU starts (:mod:`colab_resume.runtime.tpu`)
+TPU connect sequence while the TPU starts (:mod:`colab_resume.backend.tf_tpu`)
 and the in-session recovery after an accelerator loss
 (:mod:`colab_resume.agent.loop`). They differ in what counts as retryable
 and in what they say while waiting; the budget (a total deadline, capped

@@ -20,9 +20,6 @@ ALLOWED = {
     # TensorFlow's own checkpoint format (tf.train.Checkpoint): it is the
     # format, not a branch on the backend; JAX never reaches it.
     "checkpoint/state.py": "TensorFlow checkpoint format",
-    # import_tensorflow(): the one import with an install hint per runtime,
-    # used by runtime/accelerator.py's TensorFlow connect (tf.distribute).
-    "runtime/diagnose.py": "TensorFlow import with the install hint",
     # Keras 2 inside TensorFlow 2.15 and older, reached only when no
     # Keras 3 is installed, to set the dtype policy of the Keras there is.
     "runtime/precision.py": "tf.keras where no Keras 3 is installed",

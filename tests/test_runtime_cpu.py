@@ -22,12 +22,13 @@ import json, os, sys, tempfile
 import numpy as np
 from colab_resume.events import EventLog
 import colab_resume.runtime as rt
+import colab_resume.backend.accelerator as accel
 
 out = {}
 here = tempfile.mkdtemp()  # an empty machine root: no TPU, no GPU files
 
 def platform(**kw):
-    return rt.Platform(env=kw.pop("env", {}), root=kw.pop("root", here),
+    return accel.Platform(env=kw.pop("env", {}), root=kw.pop("root", here),
                        module_available=lambda name: False, **kw)
 
 def train_step(strategy):
@@ -59,8 +60,8 @@ import tensorflow as tf
 
 # 1. auto on a machine with nothing: CPU, with a warning saying why.
 events = EventLog()
-strategy = rt.connect(events=events, platform=platform())
-conn = rt.current_connection()
+strategy = accel.connect(events=events, platform=platform())
+conn = accel.current_connection()
 out["strategy"] = type(strategy).__name__
 out["connection"] = [conn.kind, conn.replicas, conn.precision]
 out["policy"] = keras.mixed_precision.global_policy().name
@@ -80,7 +81,7 @@ except Exception as exc:
     out["callback_loss"] = [type(exc).__name__, rt.is_accelerator_loss(exc)]
 
 # 3. reconnect: a fresh strategy that trains.
-again = rt.reconnect()
+again = accel.reconnect()
 out["reconnect"] = [again is not strategy, type(again).__name__,
                     train_step(again)["changed"]]
 
@@ -95,7 +96,7 @@ tpu_platform = platform(env=colab_tpu, root=tpu_root,
                         lock_path=os.path.join(tpu_root, "libtpu_lockfile"))
 for prefer in ("tpu", "auto"):
     out["real_tpu_" + prefer] = error(
-        lambda: rt.Accelerator(rt.ConnectOptions(prefer=prefer),
+        lambda: accel.Accelerator(rt.ConnectOptions(prefer=prefer),
                                platform=tpu_platform).connect())
 
 # 5. auto with a TPU that never answers (a mock: no TPU exists here) falls
@@ -107,7 +108,7 @@ clock = [0.0]
 def sleep(s):
     clock[0] += s
 events = EventLog()
-fallback = rt.Accelerator(
+fallback = accel.Accelerator(
     rt.ConnectOptions(deadline_seconds=5.0), events=events,
     platform=platform(env=colab_tpu, root=tpu_root, tpu_api=NeverAnswers(),
                       sleep=sleep, clock=lambda: clock[0],
@@ -117,12 +118,12 @@ out["tpu_fallback"] = [fallback.connection.kind, fallback.connection.precision,
                        [e.message for e in events.recent(kind="runtime.fallback")]]
 
 # 6. Explicit precision is set as Keras' global policy.
-rt.Accelerator(rt.ConnectOptions(prefer="cpu", precision="mixed_bfloat16"),
+accel.Accelerator(rt.ConnectOptions(prefer="cpu", precision="mixed_bfloat16"),
                platform=platform()).connect()
 out["explicit_policy"] = keras.mixed_precision.global_policy().name
 
 # 7. Too late to split the CPU: TensorFlow's devices are initialised.
-out["too_late"] = error(lambda: rt.connect(prefer="cpu", cpu_replicas=2,
+out["too_late"] = error(lambda: accel.connect(prefer="cpu", cpu_replicas=2,
                                            platform=platform()))
 
 # 8. "auto" after 6: the policy a connect chose is not the user's; back to
@@ -131,11 +132,11 @@ out["too_late"] = error(lambda: rt.connect(prefer="cpu", cpu_replicas=2,
 #    replaces it, saying so.
 def policy_messages(events):
     return [e.message for e in events.recent(kind="runtime.precision")]
-rt.Accelerator(rt.ConnectOptions(prefer="cpu"), platform=platform()).connect()
+accel.Accelerator(rt.ConnectOptions(prefer="cpu"), platform=platform()).connect()
 out["after_explicit"] = keras.mixed_precision.global_policy().name
 keras.mixed_precision.set_global_policy("mixed_bfloat16")
 events = EventLog()
-kept = rt.Accelerator(rt.ConnectOptions(prefer="cpu"), events=events,
+kept = accel.Accelerator(rt.ConnectOptions(prefer="cpu"), events=events,
                       platform=platform())
 kept.connect()
 out["user_policy"] = [kept.connection.precision,
@@ -144,10 +145,10 @@ out["user_policy"] = [kept.connection.precision,
 kept.reconnect()
 out["user_policy_reconnected"] = [kept.connection.precision,
                                   keras.mixed_precision.global_policy().name]
-rt.Accelerator(rt.ConnectOptions(prefer="cpu"), platform=platform()).connect()
+accel.Accelerator(rt.ConnectOptions(prefer="cpu"), platform=platform()).connect()
 out["user_policy_later"] = keras.mixed_precision.global_policy().name
 events = EventLog()
-rt.Accelerator(rt.ConnectOptions(prefer="cpu", precision="float32"),
+accel.Accelerator(rt.ConnectOptions(prefer="cpu", precision="float32"),
                events=events, platform=platform()).connect()
 out["user_policy_replaced"] = [keras.mixed_precision.global_policy().name,
                                policy_messages(events)]
@@ -158,20 +159,20 @@ print("RESULT " + json.dumps(out))
 TWO_REPLICAS = (
     PRELUDE
     + """
-strategy = rt.connect(prefer="cpu", cpu_replicas=2, platform=platform())
-conn = rt.current_connection()
+strategy = accel.connect(prefer="cpu", cpu_replicas=2, platform=platform())
+conn = accel.current_connection()
 out["strategy"] = [type(strategy).__name__, strategy.num_replicas_in_sync]
 out["connection"] = [conn.kind, conn.replicas, conn.label]
 out["devices"] = list(strategy.extended.worker_devices)
 out["trained"] = train_step(strategy)["changed"]
-again = rt.reconnect()
+again = accel.reconnect()
 out["reconnect"] = [again is not strategy, again.num_replicas_in_sync,
                     train_step(again)["changed"]]
 # After initialisation: the same split is reused, another one refused.
-same = rt.Accelerator(rt.ConnectOptions(prefer="cpu", cpu_replicas=2),
+same = accel.Accelerator(rt.ConnectOptions(prefer="cpu", cpu_replicas=2),
                       platform=platform()).connect()
 out["same_split"] = same.num_replicas_in_sync
-out["other_split"] = error(lambda: rt.Accelerator(
+out["other_split"] = error(lambda: accel.Accelerator(
     rt.ConnectOptions(prefer="cpu", cpu_replicas=3), platform=platform()).connect())
 print("RESULT " + json.dumps(out))
 """

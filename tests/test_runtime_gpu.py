@@ -12,13 +12,13 @@ import types
 
 import pytest
 
+from colab_resume.backend.tf_devices import GPUInfo, gpu_strategy
 from colab_resume.runtime import (
     AcceleratorNotFoundError,
     GPUSupportMissingError,
     detect,
 )
 from colab_resume.runtime.diagnose import gpu_not_visible_error
-from colab_resume.runtime.local import GPUInfo, gpu_strategy
 from colab_resume.runtime.precision import describe_choice, resolve_precision
 
 

@@ -18,22 +18,20 @@ import sys
 import pytest
 import tensorflow as tf
 
+from colab_resume.backend import accelerator as accelerator_module
+from colab_resume.backend.accelerator import Accelerator, Platform, connect
 from colab_resume.events import EventLog
 from colab_resume.runtime import (
-    Accelerator,
     AcceleratorNotFoundError,
     AcceleratorUnavailableError,
     ConnectOptionError,
     ConnectOptions,
     GPUSupportMissingError,
-    Platform,
     TensorFlowNotInstalledError,
     TPUInUseError,
     TPUNameRequiredError,
     TPUSupportMissingError,
-    connect,
 )
-from colab_resume.runtime import accelerator as accelerator_module
 from colab_resume.runtime.diagnose import tpu_lock_holders
 
 COLAB_TPU_VM_ENV = {
@@ -396,7 +394,7 @@ def test_no_tpu_found_while_another_process_holds_it(world, lock_holder):
     while the notebook kernel is still importing TensorFlow.
     """
     acc = world.accelerator(COLAB_TPU_VM_ENV)
-    acc._resolver = object()  # skip the pre-check, as on reconnect
+    acc.connector._resolver = object()  # skip the pre-check, as on reconnect
     world.api.failures["initialize"] = [
         tf.errors.NotFoundError(None, None, OPKERNEL_MESSAGE)
     ]

@@ -30,10 +30,11 @@ from colab_resume.agent.loop import RunLoop
 from colab_resume.agent.options import agent_options
 from colab_resume.agent.progress import Progress
 from colab_resume.agent.steps import StepHook
+from colab_resume.backend.accelerator import Accelerator
+from colab_resume.backend.install import require_keras
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunStatus, read_status
-from colab_resume.runtime import Accelerator, Connection
-from colab_resume.runtime.diagnose import require_keras
+from colab_resume.runtime import Connection
 from colab_resume.storage import Storage
 from colab_resume.validate import check_int
 

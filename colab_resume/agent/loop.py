@@ -53,6 +53,7 @@ from colab_resume.agent.light import LightSession
 from colab_resume.agent.options import AgentOptions
 from colab_resume.agent.progress import Progress, ProgressTracker
 from colab_resume.agent.steps import StepDuties, StepHook
+from colab_resume.backend.accelerator import Accelerator
 from colab_resume.checkpoint import (
     CheckpointManager,
     RestoredInfo,
@@ -63,7 +64,7 @@ from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
 from colab_resume.protocol import rundir
 from colab_resume.protocol.listing import read_leases
-from colab_resume.runtime import Accelerator, Connection, vm_age
+from colab_resume.runtime import Connection, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
 

@@ -10,7 +10,10 @@ Only those modules import their framework.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # annotations only: the accelerator asks for a connector
+    from colab_resume.backend.accelerator import Accelerator, Connector
 
 
 class CustomLoop(Protocol):
@@ -64,6 +67,11 @@ class Backend(Protocol):
     portable_only: bool
     chains_epochs: bool
     reads_pipeline_graphs: bool
+
+    def connector(self, accelerator: Accelerator) -> Connector:
+        """What connects ``accelerator`` (and again after a loss) with this
+        framework."""
+        ...
 
     def epoch_dataset(
         self,

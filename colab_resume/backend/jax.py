@@ -23,11 +23,16 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from colab_resume.backend.base import CustomLoop, StepHooks
 from colab_resume.dataset_contract import DatasetError, accepts_skip
 from colab_resume.runtime.errors import AcceleratorNotFoundError, LogicalDevicesError
+
+if (
+    TYPE_CHECKING
+):  # annotations only: the accelerator asks this module for its connector
+    from colab_resume.backend.accelerator import Accelerator, Connector
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
@@ -192,6 +197,11 @@ class JaxBackend:
     # tell whether its epochs' boundaries stay invisible.
     chains_epochs = False
     reads_pipeline_graphs = False
+
+    def connector(self, accelerator: Accelerator) -> Connector:
+        from colab_resume.backend.jax_connect import JaxConnector
+
+        return JaxConnector(accelerator)
 
     def epoch_dataset(
         self,

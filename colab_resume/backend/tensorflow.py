@@ -9,10 +9,15 @@ each function, so importing this module imports no framework.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from colab_resume.backend.base import CustomLoop, StepHooks
 from colab_resume.dataset_contract import DatasetError, accepts_skip
+
+if (
+    TYPE_CHECKING
+):  # annotations only: the accelerator asks this module for its connector
+    from colab_resume.backend.accelerator import Accelerator, Connector
 
 
 def tf_variable(variable: Any) -> Any:
@@ -95,6 +100,11 @@ class TensorFlowBackend:
     portable_only = False
     chains_epochs = True
     reads_pipeline_graphs = True
+
+    def connector(self, accelerator: Accelerator) -> Connector:
+        from colab_resume.backend.tf_connect import TensorFlowConnector
+
+        return TensorFlowConnector(accelerator)
 
     def epoch_dataset(
         self,

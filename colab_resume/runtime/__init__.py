@@ -1,17 +1,13 @@
-"""Find the accelerator, build the distribution strategy, rebuild it after a loss.
+"""The machine's facts: what runtime this is, what it has, how it fails.
 
-Importing this package does not import TensorFlow; ``connect`` does, and
-detection never does.
+Detection (a Colab TPU VM, a GPU runtime, a Cloud TPU), the VM's age and
+memory, the diagnoses that turn a framework's failure into the fix, the
+classification of accelerator losses and the precision policy. Connecting
+to the accelerator is the framework's, in :mod:`colab_resume.backend`
+(:mod:`colab_resume.backend.accelerator`). Imports no framework.
 """
 
-from colab_resume.runtime.accelerator import (
-    Accelerator,
-    Connection,
-    Platform,
-    connect,
-    current_connection,
-    reconnect,
-)
+from colab_resume.runtime.connection import Connection
 from colab_resume.runtime.detect import RuntimeInfo, describe, detect
 from colab_resume.runtime.errors import (
     AcceleratorError,
@@ -30,7 +26,6 @@ from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.runtime.options import ConnectOptions
 
 __all__ = [
-    "Accelerator",
     "AcceleratorError",
     "AcceleratorNotFoundError",
     "AcceleratorUnavailableError",
@@ -39,18 +34,14 @@ __all__ = [
     "Connection",
     "GPUSupportMissingError",
     "LogicalDevicesError",
-    "Platform",
     "RuntimeInfo",
     "TPUInUseError",
     "TPUNameRequiredError",
     "TPUSupportMissingError",
     "TensorFlowNotInstalledError",
     "VMAge",
-    "connect",
-    "current_connection",
     "describe",
     "detect",
     "is_accelerator_loss",
-    "reconnect",
     "vm_age",
 ]

@@ -60,8 +60,8 @@ def lock_path(tmp_path: str) -> str:
 
 
 def connect_on_tpu_vm(lock_path: str) -> BaseException:
-    from colab_resume.runtime import Accelerator, ConnectOptions
-    from colab_resume.runtime.accelerator import Platform
+    from colab_resume.backend.accelerator import Accelerator, Platform
+    from colab_resume.runtime import ConnectOptions
 
     platform = Platform(env=TPU_VM, lock_path=lock_path, set_precision=lambda p: None)
     with pytest.raises(Exception) as raised:
