@@ -31,7 +31,7 @@ from colab_resume.agent.options import agent_options
 from colab_resume.agent.progress import Progress
 from colab_resume.agent.steps import StepHook
 from colab_resume.backend.accelerator import Accelerator
-from colab_resume.backend.install import require_keras
+from colab_resume.backend.current import current as current_backend
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunStatus, read_status
 from colab_resume.runtime import Connection
@@ -332,7 +332,8 @@ class Agent:
                 hint="E.g. agent.restore(model, epochs=10) for a run of 10 epochs "
                 "over all your model.fit calls.",
             )
-        require_keras()  # before taking the run: a missing install fails nothing
+        # Before taking the run: a missing install fails nothing.
+        current_backend().require()
         driver = ModelState(model, epochs=epochs, steps_per_epoch=steps_per_epoch)
         self._light = self._loop.open_light(driver)
         self.model = model

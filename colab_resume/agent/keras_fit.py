@@ -34,7 +34,7 @@ from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.backend.random_ops import RandomOpWatch
 from colab_resume.checkpoint import RestoredInfo
-from colab_resume.checkpoint.state import ModelAndExtras
+from colab_resume.checkpoint.groups import ModelAndExtras
 from colab_resume.data import (
     DataFingerprints,
     epoch_dataset,

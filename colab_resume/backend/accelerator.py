@@ -8,7 +8,7 @@ devices are process-wide too.
 What differs between the frameworks is a :class:`Connector`, asked of the
 current backend once: TensorFlow's (:mod:`colab_resume.backend.tf_connect`)
 detects the machine and builds a ``tf.distribute.Strategy`` on the TPU, the
-GPUs or the CPU; JAX's (:mod:`colab_resume.backend.jax_connect`) builds a
+GPUs or the CPU; JAX's (in :mod:`colab_resume.backend.jax`) builds a
 ``keras.distribution.DataParallel``. What is the same is here: the
 precision policy, the ``runtime.connected`` event, the reconnect sequence.
 """

@@ -9,6 +9,7 @@ Only those modules import their framework.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -68,9 +69,29 @@ class Backend(Protocol):
     chains_epochs: bool
     reads_pipeline_graphs: bool
 
+    def require(self) -> None:
+        """Import Keras 3 and the framework it trains with, or raise
+        ``TensorFlowNotInstalledError`` saying what to install."""
+        ...
+
     def connector(self, accelerator: Accelerator) -> Connector:
         """What connects ``accelerator`` (and again after a loss) with this
         framework."""
+        ...
+
+    def variable_types(self) -> tuple[type, ...]:
+        """The framework's own variable types a checkpoint group may hold
+        besides ``keras.Variable`` (``tf.Variable``); () for none."""
+        ...
+
+    def generator_types(self) -> tuple[type, ...]:
+        """The framework's random-generator types whose state a model may keep
+        untracked (``tf.random.Generator``); () for none."""
+        ...
+
+    def variable_scope(self, model: Any) -> contextlib.AbstractContextManager[Any]:
+        """Where new variables for ``model`` must be made (its strategy's
+        scope); a null context where the distribution lays them out itself."""
         ...
 
     def epoch_dataset(

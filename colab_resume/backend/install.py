@@ -9,7 +9,6 @@ from __future__ import annotations
 from types import ModuleType
 from typing import cast
 
-from colab_resume.backend.current import is_jax
 from colab_resume.runtime.detect import RuntimeInfo
 from colab_resume.runtime.diagnose import RESTART, tpu_install_command
 from colab_resume.runtime.errors import TensorFlowNotInstalledError
@@ -52,23 +51,18 @@ def import_tensorflow(info: RuntimeInfo | None = None) -> ModuleType:
     return cast(ModuleType, tf)
 
 
-def require_keras() -> None:
-    """Import Keras 3 and the framework it trains with, or say what to install.
+def require_keras(install: str) -> None:
+    """Import Keras 3, or say what to install.
 
-    That framework is TensorFlow unless Keras runs on JAX (Colab's TPU
-    runtime, which has no TensorFlow): then TensorFlow is not imported.
+    Args:
+        install: what ``pip install`` should be given for this backend.
 
     Raises:
-        TensorFlowNotInstalledError: Keras, or TensorFlow on its backend,
-            cannot be imported.
+        TensorFlowNotInstalledError: Keras cannot be imported, or it is not 3.
     """
-    on_jax = is_jax()
-    if not on_jax:
-        import_tensorflow()
     try:
         import keras
     except ImportError as exc:
-        install = "'colab-resume[jax]'" if on_jax else "'keras>=3'"
         raise TensorFlowNotInstalledError(
             f"Keras is not installed ({type(exc).__name__}: {exc}). Install it "
             f"with: pip install {install} ; then {RESTART}."

@@ -17,6 +17,7 @@ Nothing here imports TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -27,12 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from colab_resume.backend.base import CustomLoop, StepHooks
 from colab_resume.dataset_contract import DatasetError, accepts_skip
+from colab_resume.runtime import diagnose
+from colab_resume.runtime.detect import detect
 from colab_resume.runtime.errors import AcceleratorNotFoundError, LogicalDevicesError
 
 if (
     TYPE_CHECKING
 ):  # annotations only: the accelerator asks this module for its connector
     from colab_resume.backend.accelerator import Accelerator, Connector
+    from colab_resume.runtime.connection import Connection
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
 
@@ -185,6 +189,43 @@ def lay_out(batch: Any, distribution: Any) -> Any:
     return keras.tree.map_structure(put, batch)
 
 
+class JaxConnector:
+    """Connects one :class:`~colab_resume.backend.accelerator.Accelerator` with JAX."""
+
+    def __init__(self, accelerator: Accelerator):
+        self._accelerator = accelerator
+
+    def connect(self, *, fresh: bool = False) -> Any:
+        """A ``DataParallel`` distribution over what ``prefer`` asks for.
+
+        Args:
+            fresh: after a loss: drop JAX's compiled programs for the old
+                devices first.
+        """
+        a = self._accelerator
+        if fresh:
+            forget_compiled()
+        p = a.platform
+        info = detect(p.env, root=p.root, module_available=p.module_available)
+        made = connect(a.options.prefer, a.options.cpu_replicas)
+        if info.is_tpu and made.kind != "tpu" and a.options.prefer == "auto":
+            # Hours on the CPU by mistake cost more than this error.
+            raise diagnose.jax_tpu_unusable_error(
+                info, made.kind, lock_path=p.lock_path, proc_root=p.proc_root
+            )
+        return a.finish(
+            made.distribution, kind=made.kind, chip=made.chip, replicas=made.replicas
+        )
+
+    def release(self, previous: Connection) -> None:
+        """Nothing to shut down: JAX's devices are the process'."""
+        return None
+
+    def reconnect(self, previous: Connection) -> Any:
+        """A fresh distribution over the devices JAX sees now."""
+        return self.connect(fresh=True)
+
+
 class JaxBackend:
     """:class:`~colab_resume.backend.base.Backend` for Keras on JAX.
 
@@ -198,10 +239,24 @@ class JaxBackend:
     chains_epochs = False
     reads_pipeline_graphs = False
 
-    def connector(self, accelerator: Accelerator) -> Connector:
-        from colab_resume.backend.jax_connect import JaxConnector
+    def require(self) -> None:
+        # TensorFlow is not needed (Colab's TPU runtime has none).
+        from colab_resume.backend.install import require_keras
 
+        require_keras("'colab-resume[jax]'")
+
+    def connector(self, accelerator: Accelerator) -> Connector:
         return JaxConnector(accelerator)
+
+    def variable_types(self) -> tuple[type, ...]:
+        return ()
+
+    def generator_types(self) -> tuple[type, ...]:
+        return ()
+
+    def variable_scope(self, model: Any) -> contextlib.AbstractContextManager[Any]:
+        # The global keras.distribution lays variables out by itself.
+        return contextlib.nullcontext()
 
     def epoch_dataset(
         self,

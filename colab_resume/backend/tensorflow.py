@@ -8,6 +8,7 @@ each function, so importing this module imports no framework.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -101,10 +102,32 @@ class TensorFlowBackend:
     chains_epochs = True
     reads_pipeline_graphs = True
 
+    def require(self) -> None:
+        from colab_resume.backend.install import import_tensorflow, require_keras
+
+        import_tensorflow()
+        require_keras("'keras>=3'")
+
     def connector(self, accelerator: Accelerator) -> Connector:
         from colab_resume.backend.tf_connect import TensorFlowConnector
 
         return TensorFlowConnector(accelerator)
+
+    def variable_types(self) -> tuple[type, ...]:
+        import tensorflow as tf
+
+        return (tf.Variable,)
+
+    def generator_types(self) -> tuple[type, ...]:
+        import tensorflow as tf
+
+        return (tf.random.Generator,)
+
+    def variable_scope(self, model: Any) -> contextlib.AbstractContextManager[Any]:
+        import tensorflow as tf
+
+        strategy = getattr(model, "distribute_strategy", None)
+        return (strategy or tf.distribute.get_strategy()).scope()  # type: ignore[no-any-return]
 
     def epoch_dataset(
         self,

@@ -2,7 +2,7 @@
 
 Both backends write it and both read it, so a run continues on TensorFlow
 from a checkpoint JAX wrote, and the other way round. Every variable of the
-groups :func:`~colab_resume.checkpoint.state.expand` names (model,
+groups :func:`~colab_resume.checkpoint.groups.expand` names (model,
 optimizer, metrics, seed generators, extras) is copied to a host NumPy array
 and written as tensor ``<group>/<position>`` (``model/000003``). The
 tensors are split into shards of about ``shard_bytes``: ``ckpt.safetensors``
@@ -42,17 +42,16 @@ from colab_resume.checkpoint.errors import (
     DamagedCheckpointError,
     StructureMismatchError,
 )
-from colab_resume.checkpoint.shard_file import header_limit, read_views
-from colab_resume.checkpoint.state import (
+from colab_resume.checkpoint.groups import (
     StateLike,
-    _describe,
-    _variable_list,
     build_pending_optimizers,
-    check_fits,
+    describe,
     expand,
     metrics_pending,
-    same_objects,
+    variable_list,
 )
+from colab_resume.checkpoint.shard_file import header_limit, read_views
+from colab_resume.checkpoint.structure import check_fits, same_objects
 from colab_resume.protocol.manifest import FileEntry
 
 SUFFIX = ".safetensors"
@@ -225,7 +224,7 @@ def portable_groups(state: StateLike) -> dict[str, list[Any]]:
             obj, own = split
             suffix = group.removeprefix("optimizer")
             groups[LOSS_SCALE + suffix] = own
-        variables = _variable_list(obj)
+        variables = variable_list(obj)
         if variables is None:
             variables = _generator_state(obj)
         if variables is None:
@@ -374,13 +373,13 @@ class ArrayState:
         self._reader: Any = None
         self._groups = portable_groups(self.source)
         self.structure: dict[str, Any] = {
-            group: [_describe(v) for v in variables]
+            group: [describe(v) for v in variables]
             for group, variables in self._groups.items()
         }
 
     def outdated(self) -> bool:
         """True once the state's variables are not the ones this object lists
-        (see :func:`~colab_resume.checkpoint.state.same_objects`)."""
+        (see :func:`~colab_resume.checkpoint.structure.same_objects`)."""
         try:
             groups = portable_groups(self.source)
         except NotPortableError:

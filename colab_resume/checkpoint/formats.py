@@ -1,4 +1,4 @@
-"""Which file format a checkpoint is written in, and which reader reads one.
+"""The checkpoint formats behind one protocol, and which one writes or reads.
 
 Two formats exist. The *portable* one (:mod:`colab_resume.checkpoint.arrays`,
 safetensors shards of host arrays) is written by both backends and read by
@@ -13,7 +13,8 @@ versions. Which format a checkpoint is in is told by its files.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from colab_resume import backend
 from colab_resume.checkpoint.arrays import (
@@ -22,13 +23,60 @@ from colab_resume.checkpoint.arrays import (
     is_array_checkpoint,
 )
 from colab_resume.checkpoint.errors import StructureMismatchError
-from colab_resume.checkpoint.state import StateLike, TrainingState
+from colab_resume.checkpoint.groups import StateLike
+from colab_resume.checkpoint.state import TrainingState
+from colab_resume.protocol.manifest import FileEntry
 
 PORTABLE = "portable"
 TENSORFLOW = "tensorflow"
 FORMATS = (PORTABLE, TENSORFLOW)
 
-StateFiles = TrainingState | ArrayState
+
+class StateFiles(Protocol):
+    """One training state as checkpoint files in one format.
+
+    Made once per state and reused across saves until :meth:`outdated`; the
+    manager writes through it, the restore reads through it. Implemented by
+    :class:`~colab_resume.checkpoint.arrays.ArrayState` (portable) and
+    :class:`~colab_resume.checkpoint.state.TrainingState` (TensorFlow's).
+
+    Attributes:
+        source: the state it lists (a model, a model with extras, a mapping).
+        structure: group -> ``[name, shape, dtype]`` per variable (or
+            ``"object:<type>"`` for an opaque trackable), as the manifest
+            records it.
+    """
+
+    source: StateLike
+    structure: dict[str, Any]
+
+    def outdated(self) -> bool:
+        """True once the state's variables are not the ones listed."""
+        ...
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate bytes of the variables."""
+        ...
+
+    def write(self, prefix: str, options: Any) -> None:
+        """Take what a save needs now (the training thread waits for this)."""
+        ...
+
+    def sync(self) -> None:
+        """Finish the files on local disk (the upload thread calls this)."""
+        ...
+
+    def restore(
+        self,
+        prefix: str,
+        saved: dict[str, Any],
+        options: Any,
+        files: Sequence[FileEntry] | None = None,
+    ) -> list[str]:
+        """Read the files at ``prefix`` into the live variables; the optional
+        groups skipped because they did not fit."""
+        ...
 
 
 def for_saving(

@@ -33,9 +33,9 @@ from typing import Any
 
 from colab_resume import backend, defaults
 from colab_resume.checkpoint import formats, retention, transfer
+from colab_resume.checkpoint.groups import StateLike
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_bound
-from colab_resume.checkpoint.state import StateLike
 from colab_resume.checkpoint.uploader import Uploader
 from colab_resume.errors import FencedError
 from colab_resume.events import EventLog
