@@ -18,7 +18,8 @@ PREEMPTED  143    restart it: SIGTERM or a preemption notice, after the
                   final checkpoint (128 + SIGTERM, the shell convention)
 ========== ====== ============================================================
 
-Pure constants: nothing here exits.
+The constants, and the exceptions that carry them out of a script
+(:class:`Preempted`, :class:`Stopped`); nothing here exits by itself.
 """
 
 from __future__ import annotations
@@ -36,3 +37,77 @@ NAMES = {
     RESTART: "RESTART",
     PREEMPTED: "PREEMPTED",
 }
+
+
+class RunEnded(SystemExit):
+    """A run that ended before its planned end, its checkpoint committed.
+
+    A :class:`SystemExit`, so an uncaught one ends a script with
+    :attr:`code` and no traceback (Python prints nothing for an integer
+    ``SystemExit``), and ``except Exception`` in user code does not swallow
+    it. Raised by ``Agent.fit``/``Agent.run`` after the final commit, only
+    where ``exit_on_preemption`` allows (by default: outside an IPython
+    kernel). Catch it to run your own code first, then re-raise it.
+
+    Attributes:
+        code: the exit status (:data:`PREEMPTED` or :data:`STOPPED`).
+        step: the step of the committed checkpoint it ended at.
+        reason: what ended it (``"SIGTERM"``, ``"metadata: preempted"``,
+            ``"stop()"``).
+    """
+
+    status = FAILED  # each subclass states its own
+
+    def __init__(self, step: int | None, reason: str) -> None:
+        super().__init__(self.status)
+        self.step = step
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return (
+            f"{NAMES[self.status]} at step {self.step} ({self.reason}); "
+            f"exit status {self.status}"
+        )
+
+
+class Preempted(RunEnded):
+    """SIGTERM or a preemption notice ended the run: exit :data:`PREEMPTED`."""
+
+    status = PREEMPTED
+
+
+class Stopped(RunEnded):
+    """``stop()`` (or the panel's Stop) ended the run: exit :data:`STOPPED`."""
+
+    status = STOPPED
+
+
+def in_kernel() -> bool:
+    """True inside an IPython kernel (a notebook), where nothing should exit.
+
+    Read from ``sys.modules`` only: a script that never imported IPython is
+    not in a kernel, and asking costs no import.
+    """
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    if ipython is None or "ipykernel" not in sys.modules:
+        return False
+    shell = ipython.get_ipython()
+    return getattr(shell, "kernel", None) is not None
+
+
+def exit_code(agent: object) -> int:
+    """The exit status for how ``agent``'s last ``fit``/``run`` ended.
+
+    For a script that keeps its own top level (``exit_on_preemption=False``)::
+
+        agent.fit(...)
+        sys.exit(cr.exit_code(agent))
+
+    An agent whose last call raised is :data:`FAILED`; one that never
+    trained is :data:`COMPLETED` (nothing to redo).
+    """
+    outcome = getattr(agent, "outcome", None)
+    by_name = {name: value for value, name in NAMES.items()}
+    return by_name.get(outcome, COMPLETED) if isinstance(outcome, str) else COMPLETED

@@ -31,13 +31,26 @@ from colab_resume.agent.options import agent_options
 from colab_resume.agent.progress import Progress
 from colab_resume.agent.steps import StepHook
 from colab_resume.events import EventLog
+from colab_resume.exit_status import (
+    NAMES,
+    PREEMPTED,
+    STOPPED,
+    Preempted,
+    RunEnded,
+    Stopped,
+    in_kernel,
+)
 from colab_resume.heartbeat import RunStatus, read_status
+from colab_resume.launch.identity import run_dir_from_environment
+from colab_resume.launch.teardown import run_teardown
 from colab_resume.runtime import Accelerator, Connection
 from colab_resume.runtime.diagnose import require_keras
 from colab_resume.storage import Storage
 from colab_resume.validate import check_int
 
 log = logging.getLogger(__name__)
+
+_PREEMPTED, _STOPPED = NAMES[PREEMPTED], NAMES[STOPPED]
 
 
 class Agent:
@@ -49,7 +62,10 @@ class Agent:
 
     Args:
         run_dir: where the run lives: ``gs://bucket/runs/name``, a local
-            path, or any fsspec URL.
+            path, or any fsspec URL. None: from the launcher's environment
+            (``COLAB_RESUME_RUN_DIR``, ``AIP_CHECKPOINT_DIR``,
+            ``SKYPILOT_TASK_ID`` under ``COLAB_RESUME_BASE_DIR``; see
+            :mod:`colab_resume.launch.identity`).
         **options: the fields of :class:`AgentOptions` — ``save_every_steps``,
             ``save_every_seconds``, ``keep``, ``heartbeat_seconds``,
             ``dead_after_seconds``, ``takeover``, ``storage_options``,
@@ -67,17 +83,31 @@ class Agent:
     Raises:
         ValueError: a bad option (the message names it and the fix).
         UnsupportedURLError: ``run_dir`` has a scheme we cannot open.
+        NoRunDirError: no ``run_dir``, and the environment names none.
+
+    Exits:
+        In a script (see ``exit_on_preemption``), ``fit`` and ``run`` raise
+        :class:`~colab_resume.Preempted` (exit status 143) after the final
+        checkpoint of a run that SIGTERM or a preemption notice ended, and
+        :class:`~colab_resume.Stopped` (5) for one :meth:`stop` ended: a
+        launcher restarts the first and leaves the second. A completed run
+        returns (0 when the script ends); an error propagates (1).
     """
 
-    def __init__(self, run_dir: str, **options: Any) -> None:
+    def __init__(self, run_dir: str | None = None, **options: Any) -> None:
         self.options = agent_options(**options)
-        self.run_dir = run_dir
+        identity = None if run_dir is not None else run_dir_from_environment()
+        self.run_dir = identity.run_dir if identity is not None else str(run_dir)
         self.events = EventLog()
         # Where the run stands, in the cell, until a panel shows it instead.
         self._console = ConsoleSink()
         self.events.subscribe(self._console)
+        if identity is not None:
+            self.events.emit(
+                "run.identity", identity.describe(), source=identity.source
+            )
         self._storage = Storage(
-            run_dir,
+            self.run_dir,
             self.options.storage_options,
             retry=self.options.storage_retry,
             on_retry=self._storage_retried,
@@ -171,11 +201,12 @@ class Agent:
             events=self.events,
             extra_state=extra_state,
         )
-        self._loop.drive(driver)
+        self._drive(driver)
         self.model = driver.model
         # Keras-like, yet testable: a History that ended on stop() says so.
         driver.history.stopped = self._loop.stopped
         driver.history.set_model(driver.model)
+        self._ended()
         return driver.history
 
     def run(
@@ -205,8 +236,9 @@ class Agent:
             events=self.events,
             warn=self._warn,
         )
-        self._loop.drive(driver)
+        self._drive(driver)
         self.state = driver.state
+        self._ended()
         return driver.state
 
     # --- steering (any thread; acted on between steps) --------------------------------
@@ -268,6 +300,13 @@ class Agent:
         return self._loop.stopped
 
     @property
+    def outcome(self) -> str | None:
+        """How the last ``fit``/``run`` ended: ``"COMPLETED"``, ``"STOPPED"``,
+        ``"PREEMPTED"`` or ``"FAILED"`` (None before one ended);
+        ``cr.exit_code(agent)`` is its exit status."""
+        return self._loop.outcome
+
+    @property
     def recoveries(self) -> int:
         """Accelerator losses recovered in this process."""
         return self._loop.recoveries
@@ -289,7 +328,8 @@ class Agent:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._loop.close(exc)
+        # A run that ended early on purpose is no failure of the session.
+        self._loop.close(None if isinstance(exc, RunEnded) else exc)
 
     # --- the lighter path: your own model.fit -----------------------------------------
 
@@ -353,6 +393,39 @@ class Agent:
                 "the run and loads the newest checkpoint into your model."
             )
         return self._light.callback()
+
+    def _drive(self, driver: Any) -> None:
+        try:
+            self._loop.drive(driver)
+        except BaseException:
+            if self._loop.outcome is not None:  # FAILED; never a Ctrl-C
+                self._tear_down()
+            raise
+
+    def _ended(self) -> None:
+        """After ``fit``/``run`` returned: the teardown, then the exit status."""
+        self._tear_down()
+        outcome = self._loop.outcome
+        exits = self.options.exit_on_preemption
+        if exits is None:
+            exits = not in_kernel()
+        if not exits or outcome not in (_PREEMPTED, _STOPPED):
+            return
+        step, reason = self._loop.ended_at
+        ended = Preempted if outcome == _PREEMPTED else Stopped
+        raise ended(step, reason or outcome.lower())
+
+    def _tear_down(self) -> None:
+        outcome = self._loop.outcome
+        if outcome is None or self.options.on_done is None:
+            return
+        step, _ = self._loop.ended_at
+        run_teardown(
+            self.options.on_done,
+            outcome,
+            {"run_dir": self.run_dir, "step": step},
+            say=self._warn,
+        )
 
     def _warn(self, message: str) -> None:
         self.events.emit("fit.warning", message, level="warning")
