@@ -43,7 +43,9 @@ def agent_for(run_dir, **options) -> cr.Agent:
 
 
 def stopped_at(run_dir, step: int, build=classifier, steps_per_epoch: int = 16):
-    agent = agent_for(run_dir)
+    agent = agent_for(
+        run_dir, exit_on_preemption=False
+    )  # fit returns, as in a notebook
     agent.fit(
         build,
         make_dataset,

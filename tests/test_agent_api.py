@@ -79,7 +79,8 @@ def test_fit_leaves_no_keras_shuffle_warning_under_the_cell(tmp_path):
 
 
 def test_stop_checkpoints_and_the_next_fit_continues(tmp_path):
-    agent = agent_for(tmp_path / "run", save_every_steps=100)
+    # As in a notebook: fit returns after a stop (a script would exit 5).
+    agent = agent_for(tmp_path / "run", save_every_steps=100, exit_on_preemption=False)
     history = agent.fit(
         build_model,
         make_dataset,

@@ -184,7 +184,12 @@ def test_stopped_inside_a_span_the_rerun_ends_bitwise_equal(tmp_path, monkeypatc
     counted.spans.clear()
 
     keras.utils.set_random_seed(3)
-    agent = cr.Agent(str(tmp_path / "run"), save_every_steps=100, prefer="cpu")
+    agent = cr.Agent(
+        str(tmp_path / "run"),
+        save_every_steps=100,
+        prefer="cpu",
+        exit_on_preemption=False,  # as in a notebook: fit returns after stop()
+    )
     stop = at_step(4 * STEPS + 2, agent.stop)  # epoch 4, inside the span 3..6
     agent.fit(
         build_model,

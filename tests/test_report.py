@@ -364,7 +364,9 @@ def test_stop_and_ctrl_c_are_clean_ends_not_deaths(tmp_path):
     run_dir = str(tmp_path / "run")
 
     def fit(on_step=None):
-        with cr.Agent(run_dir, save_every_steps=4, prefer="cpu") as agent:
+        with cr.Agent(
+            run_dir, save_every_steps=4, prefer="cpu", exit_on_preemption=False
+        ) as agent:
             if on_step is not None:
                 agent.on_step(lambda step: on_step(agent, step))
             agent.fit(build_model, lambda e: data, epochs=2, steps_per_epoch=8)

@@ -58,10 +58,11 @@ class Steering(Protocol):
 
 
 def on_compute_engine(
-    env: Mapping[str, str] | None = None, dmi_path: str = DMI_PRODUCT_NAME
+    env: Mapping[str, str] | None = None, dmi_path: str | None = None
 ) -> bool:
     """True on a Compute Engine or Cloud TPU VM of the user's own (see above)."""
     env = os.environ if env is None else env
+    dmi_path = DMI_PRODUCT_NAME if dmi_path is None else dmi_path
     if env.get(HOST_ENV):
         return True
     if any(env.get(name) for name in MANAGED_RUNTIME_ENV):

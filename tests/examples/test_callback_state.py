@@ -51,7 +51,12 @@ def make_dataset(epoch: int, skip: int = 0) -> tf.data.Dataset:
 
 
 def fit(run_dir, logs_dir, stop_at=None, append=False):
-    agent = cr.Agent(str(run_dir), save_every_steps=100, heartbeat_seconds=0.5)
+    agent = cr.Agent(
+        str(run_dir),
+        save_every_steps=100,
+        heartbeat_seconds=0.5,
+        exit_on_preemption=False,  # fit returns after stop(), as in a notebook
+    )
     csv_logger = keras.callbacks.CSVLogger(str(logs_dir / "log.csv"), append=append)
     board = keras.callbacks.TensorBoard(str(logs_dir / "tb"), update_freq="batch")
     callbacks = [csv_logger, board]

@@ -58,7 +58,11 @@ def fit(
         return model
 
     agent = cr.Agent(
-        str(run_dir), save_every_steps=4, heartbeat_seconds=0.5, **(agent_options or {})
+        str(run_dir),
+        save_every_steps=4,
+        heartbeat_seconds=0.5,
+        exit_on_preemption=False,  # fit returns after stop(), as in a notebook
+        **(agent_options or {}),
     )
     callbacks = callbacks(agent) if callable(callbacks) else list(callbacks)
     agent.fit(
