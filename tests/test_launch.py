@@ -292,3 +292,53 @@ def test_bad_teardowns_are_refused_up_front():
         teardown.Teardown("true", when={"DONE"})
     with pytest.raises(ValueError, match="outcomes among"):
         teardown.Teardown("true", when=set())
+
+
+# --- colab-resume watch --on-done ---------------------------------------------------
+
+
+def _finished_run(run_dir: str, state: str) -> None:
+    from colab_resume.heartbeat import RunSession, SessionOptions
+    from colab_resume.storage import Storage
+
+    session = RunSession.open(Storage(run_dir), SessionOptions(heartbeat_seconds=5))
+    session.update(state="training", step=12)
+    if state == "COMPLETED":
+        session.complete({"final_step": 12, "planned_steps": 12})
+    else:
+        session.close(state.lower())
+
+
+def test_watch_on_done_dry_run_after_a_completed_run(tmp_path, capsys):
+    from colab_resume.cli import main
+
+    run_dir = str(tmp_path / "run")
+    _finished_run(run_dir, "COMPLETED")
+    command = "gcloud compute instances stop my-vm --zone=us-central1-a"
+    args = ["watch", run_dir, "--interval", "0.1", "--on-done", command]
+    assert main([*args, "--on-done-dry-run"]) == 0
+    assert f"on_done (dry run): would run {command}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("state", ["FAILED", "STOPPED"])
+def test_watch_never_tears_down_a_run_that_did_not_complete(tmp_path, capsys, state):
+    from colab_resume.cli import main
+
+    run_dir = str(tmp_path / "run")
+    _finished_run(run_dir, state)
+    marker = tmp_path / "deleted"
+    command = f"{sys.executable} -c \"open('{marker}', 'w')\""
+    rc = main(["watch", run_dir, "--interval", "0.1", "--on-done", command])
+    assert rc in (4, 5) and not marker.exists()
+    assert f"on_done not run: the run ended {state}" in capsys.readouterr().out
+
+
+def test_watch_on_done_runs_the_teardown_after_a_completed_run(tmp_path):
+    from colab_resume.cli import main
+
+    run_dir = str(tmp_path / "run")
+    _finished_run(run_dir, "COMPLETED")
+    marker = tmp_path / "deleted"
+    command = f"{sys.executable} -c \"open('{marker}', 'w')\""
+    assert main(["watch", run_dir, "--interval", "0.1", "--on-done", command]) == 0
+    assert marker.exists()
