@@ -38,6 +38,8 @@ TEST_REQUIRES = [
     "tensorboard>=2.16",
     # The notebooks run top to bottom in the suite; the wheel is built there.
     "papermill>=2.5",
+    # The launcher recipes in examples/ are parsed and checked in the suite.
+    "pyyaml>=5.4",
     "build>=1.0",
     "twine>=5",
 ]

@@ -23,7 +23,10 @@ from colab_resume.errors import (
     StorageUnavailableError,
 )
 from colab_resume.events import Event, EventLog
+from colab_resume.exit_status import Preempted, exit_code
 from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions
+from colab_resume.launch.identity import NoRunDirError
+from colab_resume.launch.teardown import Teardown
 from colab_resume.panel import panel
 from colab_resume.status import inspect
 from colab_resume.storage import authenticate
@@ -38,8 +41,10 @@ __all__ = [
     "Event",
     "EventLog",
     "FencedError",
+    "NoRunDirError",
     "NoValidCheckpointError",
     "NonDeterministicDatasetError",
+    "Preempted",
     "Progress",
     "ResumeCallback",
     "RunInUseError",
@@ -49,8 +54,10 @@ __all__ = [
     "StartPoint",
     "StorageUnavailableError",
     "StructureMismatchError",
+    "Teardown",
     "__version__",
     "authenticate",
+    "exit_code",
     "inspect",
     "panel",
 ]

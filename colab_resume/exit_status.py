@@ -18,7 +18,8 @@ PREEMPTED  143    restart it: SIGTERM or a preemption notice, after the
                   final checkpoint (128 + SIGTERM, the shell convention)
 ========== ====== ============================================================
 
-Pure constants: nothing here exits.
+The constants, and the exception that carries PREEMPTED out of a script
+(:class:`Preempted`); nothing here exits by itself.
 """
 
 from __future__ import annotations
@@ -36,3 +37,62 @@ NAMES = {
     RESTART: "RESTART",
     PREEMPTED: "PREEMPTED",
 }
+
+
+class Preempted(SystemExit):
+    """SIGTERM or a preemption notice ended the run: exit :data:`PREEMPTED`.
+
+    A :class:`SystemExit`, so an uncaught one ends a script with status 143
+    and no traceback (Python prints nothing for an integer ``SystemExit``),
+    and ``except Exception`` in user code does not swallow it. Raised by
+    ``Agent.fit``/``Agent.run`` after the final commit, only where
+    ``exit_on_preemption`` allows (by default: outside an IPython kernel).
+    Catch it to run your own code first, then re-raise it.
+
+    A run that ``stop()`` ended is not preempted: someone asked, and
+    ``fit`` returns as it always did (:func:`exit_code` says STOPPED).
+
+    Attributes:
+        code: the exit status, :data:`PREEMPTED`.
+        step: the step of the committed checkpoint it ended at.
+        reason: what ended it (``"SIGTERM"``, ``"metadata: preempted"``).
+    """
+
+    def __init__(self, step: int | None, reason: str) -> None:
+        super().__init__(PREEMPTED)
+        self.step = step
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"PREEMPTED at step {self.step} ({self.reason}); exit status {PREEMPTED}"
+
+
+def in_kernel() -> bool:
+    """True inside an IPython kernel (a notebook), where nothing should exit.
+
+    Read from ``sys.modules`` only: a script that never imported IPython is
+    not in a kernel, and asking costs no import.
+    """
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    if ipython is None or "ipykernel" not in sys.modules:
+        return False
+    shell = ipython.get_ipython()
+    return getattr(shell, "kernel", None) is not None
+
+
+def exit_code(agent: object) -> int:
+    """The exit status for how ``agent``'s last ``fit``/``run`` ended.
+
+    For a script that keeps its own top level (``exit_on_preemption=False``)::
+
+        agent.fit(...)
+        sys.exit(cr.exit_code(agent))
+
+    An agent whose last call raised is :data:`FAILED`; one that never
+    trained is :data:`COMPLETED` (nothing to redo).
+    """
+    outcome = getattr(agent, "outcome", None)
+    by_name = {name: value for value, name in NAMES.items()}
+    return by_name.get(outcome, COMPLETED) if isinstance(outcome, str) else COMPLETED

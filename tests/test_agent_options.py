@@ -26,7 +26,7 @@ _NAMES = (
     "heartbeat_seconds, dead_after_seconds, stall_after_seconds, takeover, "
     "storage_options, prefer, cpu_replicas, precision, max_recoveries, "
     "recovery_backoff_seconds, lifetime_seconds, storage_retry_seconds, run_id, "
-    "reset_data_fingerprints"
+    "reset_data_fingerprints, exit_on_preemption, preemption_notices, on_done"
 )
 _RUN_ID = "1-128 letters, digits, '.', '_' or '-' (or None)"
 
@@ -166,6 +166,17 @@ MESSAGES = [
         "for one run after fixing a non-deterministic make_dataset.",
     ),
     (
+        {"exit_on_preemption": "auto"},
+        ValueError,
+        "exit_on_preemption must be True or False, got 'auto'. Or None: decided "
+        "for this runtime.",
+    ),
+    (
+        {"on_done": 7},
+        ValueError,
+        "on_done must be a command line (str) or a callable, got 7",
+    ),
+    (
         {"save_every_step": 10},
         TypeError,
         "Agent got an unknown option 'save_every_step'. Did you mean "
@@ -255,6 +266,9 @@ def test_the_defaults_are_the_parts_defaults():
         "storage_retry_seconds": defaults.STORAGE_RETRY_SECONDS,
         "run_id": None,
         "reset_data_fingerprints": False,
+        "exit_on_preemption": None,
+        "preemption_notices": None,
+        "on_done": None,
     }
     assert options.recovery == RetryPolicy(initial_seconds=2.0, max_seconds=8.0)
 

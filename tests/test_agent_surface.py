@@ -44,6 +44,7 @@ PUBLIC = {
     "events",
     "model",
     "options",
+    "outcome",  # how the last fit/run ended (cr.exit_code reads it)
     "recoveries",
     "run_dir",
     "state",

@@ -16,6 +16,7 @@ class Controls:
         self._lock = threading.Lock()
         self._save = False
         self._stop = False
+        self._preempted: str | None = None  # why, when the host is going away
         self._resume = threading.Event()
         self._resume.set()
 
@@ -48,6 +49,23 @@ class Controls:
             self._stop = True
         self._resume.set()  # a paused loop must wake up to stop
 
+    def preempt(self, reason: str) -> None:
+        """Stop because the host is going away (SIGTERM, a preemption notice).
+
+        The same stop as :meth:`stop`; the reason makes the run end
+        PREEMPTED rather than STOPPED, so a launcher restarts it.
+        """
+        with self._lock:
+            if self._preempted is None:
+                self._preempted = reason
+        self.stop()
+
+    @property
+    def preempted(self) -> str | None:
+        """Why the host is going away (None: it is not, as far as we know)."""
+        with self._lock:
+            return self._preempted
+
     @property
     def stop_requested(self) -> bool:
         with self._lock:
@@ -57,4 +75,5 @@ class Controls:
         with self._lock:
             self._save = False
             self._stop = False
+            self._preempted = None
         self._resume.set()

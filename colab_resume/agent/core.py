@@ -33,12 +33,22 @@ from colab_resume.agent.steps import StepHook
 from colab_resume.backend.accelerator import Accelerator
 from colab_resume.backend.current import current as current_backend
 from colab_resume.events import EventLog
+from colab_resume.exit_status import (
+    NAMES,
+    PREEMPTED,
+    Preempted,
+    in_kernel,
+)
 from colab_resume.heartbeat import RunStatus, read_status
+from colab_resume.launch.identity import run_dir_from_environment
+from colab_resume.launch.teardown import run_teardown
 from colab_resume.runtime import Connection
 from colab_resume.storage import Storage
 from colab_resume.validate import check_int
 
 log = logging.getLogger(__name__)
+
+_PREEMPTED = NAMES[PREEMPTED]
 
 
 class Agent:
@@ -50,7 +60,10 @@ class Agent:
 
     Args:
         run_dir: where the run lives: ``gs://bucket/runs/name``, a local
-            path, or any fsspec URL.
+            path, or any fsspec URL. None: from the launcher's environment
+            (``COLAB_RESUME_RUN_DIR``, ``AIP_CHECKPOINT_DIR``,
+            ``SKYPILOT_TASK_ID`` under ``COLAB_RESUME_BASE_DIR``; see
+            :mod:`colab_resume.launch.identity`).
         **options: the fields of :class:`AgentOptions` — ``save_every_steps``,
             ``save_every_seconds``, ``keep``, ``heartbeat_seconds``,
             ``dead_after_seconds``, ``takeover``, ``storage_options``,
@@ -68,17 +81,31 @@ class Agent:
     Raises:
         ValueError: a bad option (the message names it and the fix).
         UnsupportedURLError: ``run_dir`` has a scheme we cannot open.
+        NoRunDirError: no ``run_dir``, and the environment names none.
+
+    Exits:
+        In a script (see ``exit_on_preemption``), ``fit`` and ``run`` raise
+        :class:`~colab_resume.Preempted` (exit status 143) after the final
+        checkpoint of a run that SIGTERM or a preemption notice ended: a
+        launcher restarts it. A completed run returns (0 when the script
+        ends); so does one :meth:`stop` ended (``agent.stopped``;
+        ``sys.exit(cr.exit_code(agent))`` exits 5); an error propagates (1).
     """
 
-    def __init__(self, run_dir: str, **options: Any) -> None:
+    def __init__(self, run_dir: str | None = None, **options: Any) -> None:
         self.options = agent_options(**options)
-        self.run_dir = run_dir
+        identity = None if run_dir is not None else run_dir_from_environment()
+        self.run_dir = identity.run_dir if identity is not None else str(run_dir)
         self.events = EventLog()
         # Where the run stands, in the cell, until a panel shows it instead.
         self._console = ConsoleSink()
         self.events.subscribe(self._console)
+        if identity is not None:
+            self.events.emit(
+                "run.identity", identity.describe(), source=identity.source
+            )
         self._storage = Storage(
-            run_dir,
+            self.run_dir,
             self.options.storage_options,
             retry=self.options.storage_retry,
             on_retry=self._storage_retried,
@@ -172,11 +199,12 @@ class Agent:
             events=self.events,
             extra_state=extra_state,
         )
-        self._loop.drive(driver)
+        self._drive(driver)
         self.model = driver.model
         # Keras-like, yet testable: a History that ended on stop() says so.
         driver.history.stopped = self._loop.stopped
         driver.history.set_model(driver.model)
+        self._ended()
         return driver.history
 
     def run(
@@ -206,8 +234,9 @@ class Agent:
             events=self.events,
             warn=self._warn,
         )
-        self._loop.drive(driver)
+        self._drive(driver)
         self.state = driver.state
+        self._ended()
         return driver.state
 
     # --- steering (any thread; acted on between steps) --------------------------------
@@ -269,6 +298,13 @@ class Agent:
         return self._loop.stopped
 
     @property
+    def outcome(self) -> str | None:
+        """How the last ``fit``/``run`` ended: ``"COMPLETED"``, ``"STOPPED"``,
+        ``"PREEMPTED"`` or ``"FAILED"`` (None before one ended);
+        ``cr.exit_code(agent)`` is its exit status."""
+        return self._loop.outcome
+
+    @property
     def recoveries(self) -> int:
         """Accelerator losses recovered in this process."""
         return self._loop.recoveries
@@ -290,7 +326,8 @@ class Agent:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._loop.close(exc)
+        # A run that ended early on purpose is no failure of the session.
+        self._loop.close(None if isinstance(exc, Preempted) else exc)
 
     # --- the lighter path: your own model.fit -----------------------------------------
 
@@ -355,6 +392,38 @@ class Agent:
                 "the run and loads the newest checkpoint into your model."
             )
         return self._light.callback()
+
+    def _drive(self, driver: Any) -> None:
+        try:
+            self._loop.drive(driver)
+        except BaseException:
+            if self._loop.outcome is not None:  # FAILED; never a Ctrl-C
+                self._tear_down()
+            raise
+
+    def _ended(self) -> None:
+        """After ``fit``/``run`` returned: the teardown, then the exit status."""
+        self._tear_down()
+        outcome = self._loop.outcome
+        exits = self.options.exit_on_preemption
+        if exits is None:
+            exits = not in_kernel()
+        if not exits or outcome != _PREEMPTED:
+            return  # stop() returns: someone asked, nothing to restart
+        step, reason = self._loop.ended_at
+        raise Preempted(step, reason or "preempted")
+
+    def _tear_down(self) -> None:
+        outcome = self._loop.outcome
+        if outcome is None or self.options.on_done is None:
+            return
+        step, _ = self._loop.ended_at
+        run_teardown(
+            self.options.on_done,
+            outcome,
+            {"run_dir": self.run_dir, "step": step},
+            say=self._warn,
+        )
 
     def _warn(self, message: str) -> None:
         self.events.emit("fit.warning", message, level="warning")

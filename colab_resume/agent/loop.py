@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from colab_resume import exit_status
 from colab_resume.agent import epoch_length, runtime_facts
 from colab_resume.agent.callback import ModelState, StartPoint
 from colab_resume.agent.controls import Controls
@@ -62,6 +63,7 @@ from colab_resume.checkpoint import (
 from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
+from colab_resume.launch import notices
 from colab_resume.protocol import rundir
 from colab_resume.protocol.listing import read_leases
 from colab_resume.runtime import Connection, vm_age
@@ -106,6 +108,11 @@ class RunLoop:
         self._recovery_backoff = options.recovery
         self.sleep = sleep
         self._stopped = False  # the last drive ended on stop(), before its end
+        # How the last drive ended: an exit_status name, None before one ends.
+        self._outcome: str | None = None
+        # The step it ended at and, stopped early, why ("SIGTERM", "stop()").
+        self._ended_at: int | None = None
+        self._end_reason: str | None = None
         self.step_hooks: list[StepHook] = []
         # History samples and panel refreshes, once a second from the loop.
         self.progress = ProgressTracker(self)
@@ -116,6 +123,18 @@ class RunLoop:
     def stopped(self) -> bool:
         """The last run ended on stop() (or SIGTERM) before its planned end."""
         return self._stopped
+
+    @property
+    def outcome(self) -> str | None:
+        """How the last drive ended: ``"COMPLETED"``, ``"STOPPED"``,
+        ``"PREEMPTED"`` or ``"FAILED"`` (:mod:`colab_resume.exit_status`);
+        None while none has ended."""
+        return self._outcome
+
+    @property
+    def ended_at(self) -> tuple[int | None, str | None]:
+        """The step the last drive ended at, and why if it stopped early."""
+        return self._ended_at, self._end_reason
 
     @property
     def recoveries(self) -> int:
@@ -213,16 +232,24 @@ class RunLoop:
         strategy = self.connect()
         self.controls.reset()
         self._stopped = False
+        self._outcome = None
+        self._ended_at = self._end_reason = None
         done = self._completed_record()
         if done is not None and not _asks_for_more(done, driver.total_steps):
             self._load_completed(driver, strategy, done)
+            self._outcome = exit_status.NAMES[exit_status.COMPLETED]
             return
         session, manager = self.take_run()
         if done is not None:
             self._reopen_completed(done, driver.total_steps)
         self.progress.session_started(driver.total_steps, driver.steps_per_epoch)
         try:
-            with _graceful_sigterm(self.controls):
+            with (
+                _graceful_sigterm(self.controls),
+                notices.watching(
+                    self.options.preemption_notices, self.controls, self.events
+                ),
+            ):
                 self._train_with_recovery(driver, session, manager)
             self.finish(driver.total_steps, session, manager)
         except KeyboardInterrupt:
@@ -230,6 +257,7 @@ class RunLoop:
             # One line instead of TensorFlow's traceback: what is safe, what next.
             raise KeyboardInterrupt(self._interrupted_message(manager)) from None
         except BaseException as exc:
+            self._outcome = exit_status.NAMES[exit_status.FAILED]
             self.fail(exc, session, manager)
             raise
         finally:
@@ -405,18 +433,27 @@ class RunLoop:
         self._stopped = self.controls.stop_requested and (
             total_steps is None or duties.step < total_steps
         )
+        preempted = self.controls.preempted
+        self._ended_at = duties.step
         if self._stopped:
             session.close("stopped")
             of = f" of {total_steps}" if total_steps else ""
+            why = self._end_reason = preempted or "stop()"
+            self._outcome = exit_status.NAMES[
+                exit_status.PREEMPTED if preempted else exit_status.STOPPED
+            ]
             self.events.emit(
                 "run.stopped",
-                f"training stopped at step {duties.step}{of} (stop() or SIGTERM), "
+                f"training stopped at step {duties.step}{of} ({why}), "
                 f"before its end; its checkpoint is committed. Run the same code "
                 f"again to continue.",
                 level="warning",
                 step=duties.step,
+                reason=why,
+                outcome=self._outcome,
             )
         else:
+            self._outcome = exit_status.NAMES[exit_status.COMPLETED]
             session.complete({"final_step": duties.step, "planned_steps": total_steps})
 
     def _interrupted_message(self, manager: CheckpointManager) -> str:
@@ -553,7 +590,7 @@ def _graceful_sigterm(controls: Controls) -> Iterator[None]:
 
     def on_sigterm(signum: int, frame: Any) -> None:
         log.warning("SIGTERM: checkpointing and stopping at the next step")
-        controls.stop()
+        controls.preempt("SIGTERM")
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:

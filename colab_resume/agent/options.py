@@ -17,6 +17,7 @@ from typing import Any
 from colab_resume.checkpoint.manager import CheckpointConfig
 from colab_resume.checkpoint.triggers import TriggerOptions
 from colab_resume.heartbeat.session import SessionOptions
+from colab_resume.launch.teardown import Teardown, teardown_of
 from colab_resume.retry import RetryPolicy
 from colab_resume.runtime.options import ConnectOptions
 from colab_resume.validate import build, check_bool, check_int
@@ -42,6 +43,9 @@ _FLAT: dict[str, tuple[str, str]] = {
     "storage_retry_seconds": ("storage_retry", "total_seconds"),
     "run_id": ("session", "expected_run_id"),
     "reset_data_fingerprints": ("", "reset_data_fingerprints"),
+    "exit_on_preemption": ("", "exit_on_preemption"),
+    "preemption_notices": ("", "preemption_notices"),
+    "on_done": ("", "on_done"),
 }
 OPTIONS = tuple(_FLAT)
 
@@ -51,6 +55,9 @@ _OWN_DEFAULTS: dict[str, Any] = {
     "storage_options": None,
     "max_recoveries": 3,
     "reset_data_fingerprints": False,
+    "exit_on_preemption": None,
+    "preemption_notices": None,
+    "on_done": None,
 }
 
 
@@ -100,6 +107,20 @@ class AgentOptions:
             raising ``NonDeterministicDatasetError``: for the one run after
             fixing a non-deterministic ``make_dataset``. An event says what
             was discarded.
+        exit_on_preemption (bool | None): after the final checkpoint of a run
+            that SIGTERM or a preemption notice ended before its end, raise
+            :class:`~colab_resume.Preempted` (exit status 143) out of
+            ``fit``/``run``, so a script exits with a status its launcher
+            acts on. None (the default): only outside an IPython kernel; a
+            notebook's ``fit`` returns (``agent.stopped`` is True). A run
+            ``stop()`` ended always returns.
+        preemption_notices (bool | None): watch the Compute Engine metadata
+            server for preemption and maintenance notices while training
+            (:mod:`colab_resume.launch.notices`). None: on Compute Engine and
+            Cloud TPU VMs (not Colab or Kaggle).
+        on_done (str | callable | Teardown | None): the teardown run after a
+            COMPLETED run (a command line, run without a shell, or a
+            callable); see :mod:`colab_resume.launch.teardown`.
 
     Attributes:
         session: how the session beats and judges the one before it.
@@ -114,6 +135,9 @@ class AgentOptions:
         storage_options: as given.
         max_recoveries: as given.
         reset_data_fingerprints: as given.
+        exit_on_preemption: as given.
+        preemption_notices: as given.
+        on_done: as a :class:`~colab_resume.launch.teardown.Teardown`, or None.
 
     Raises:
         TypeError: an option that does not exist (the message suggests the
@@ -130,6 +154,9 @@ class AgentOptions:
     storage_options: dict[str, Any] | None
     max_recoveries: int
     reset_data_fingerprints: bool
+    exit_on_preemption: bool | None
+    preemption_notices: bool | None
+    on_done: Teardown | None
 
     def __init__(self, **options: Any) -> None:
         for name in options:
@@ -175,6 +202,10 @@ class AgentOptions:
                 f"{{'token': 'anon'}}) or None, got {own['storage_options']!r}."
             )
         check_int("max_recoveries", own["max_recoveries"], minimum=0)
+        for name in ("exit_on_preemption", "preemption_notices"):
+            if own[name] is not None:
+                check_bool(name, own[name], hint="Or None: decided for this runtime.")
+        own["on_done"] = teardown_of(own["on_done"])
         for name, value in own.items():
             object.__setattr__(self, name, value)
         part("connect", ConnectOptions)

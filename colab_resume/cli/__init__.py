@@ -1,7 +1,7 @@
 """``colab-resume``: inspect runs from anywhere, without TensorFlow.
 
 colab-resume status RUN_DIR [--json]
-colab-resume watch RUN_DIR [--interval S] [--on-dead CMD]
+colab-resume watch RUN_DIR [--interval S] [--on-dead CMD] [--on-done CMD]
 colab-resume ls RUN_DIR [--json]
 colab-resume prune RUN_DIR --keep N
 colab-resume report RUN_DIR -o report.png
@@ -74,6 +74,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
         interval=args.interval,
         on_dead=args.on_dead,
         dead_after_seconds=args.dead_after_seconds,
+        on_done=args.on_done,
+        on_done_dry_run=args.on_done_dry_run,
     )
 
 
@@ -173,6 +175,17 @@ def build_parser() -> argparse.ArgumentParser:
         "STOPPED or UNREADABLE; it gets COLAB_RESUME_STATE, COLAB_RESUME_STEP, ... "
         "in its "
         "environment",
+    )
+    watch.add_argument(
+        "--on-done",
+        metavar="CMD",
+        help="teardown command (without a shell) run only when the run is "
+        "COMPLETED, e.g. 'gcloud compute tpus tpu-vm delete NAME --zone=Z --quiet'",
+    )
+    watch.add_argument(
+        "--on-done-dry-run",
+        action="store_true",
+        help="print the --on-done command instead of running it",
     )
     watch.set_defaults(func=cmd_watch)
 

@@ -11,6 +11,10 @@ is split like a shell would (``shlex``) but never run through a shell, and
 the run's facts reach it only as environment variables
 (``COLAB_RESUME_STATE``, ``COLAB_RESUME_STEP``...), so nothing read from the
 run directory can inject shell syntax.
+
+``--on-done CMD`` is the teardown for a COMPLETED run (deleting the TPU VM
+that trained it), run the same way and never for any other state
+(:mod:`colab_resume.launch.teardown`); ``--on-done-dry-run`` prints it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import IO
 from colab_resume.errors import StorageError, StorageUnavailableError
 from colab_resume.heartbeat import liveness
 from colab_resume.heartbeat.liveness import RunStatus
+from colab_resume.launch.teardown import Teardown, run_teardown
 from colab_resume.storage import Storage
 
 UNREADABLE = "UNREADABLE"  # watch's own verdict: the run directory cannot be read
@@ -104,6 +109,8 @@ def watch(
     interval: float,
     on_dead: str | None,
     dead_after_seconds: float | None = None,
+    on_done: str | None = None,
+    on_done_dry_run: bool = False,
     out: IO[str] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
@@ -140,5 +147,12 @@ def watch(
                 out.write("\n")
             if on_dead and status.state in ALERT_STATES:
                 run_alert(on_dead, status)
+            if on_done:
+                run_teardown(
+                    Teardown(on_done, dry_run=on_done_dry_run),
+                    status.state,
+                    {"run_dir": status.run_dir, "step": status.step},
+                    say=lambda text: print(printable(text), file=out, flush=True),
+                )
             return EXIT_CODES[status.state]
         sleep(interval)

@@ -6,6 +6,7 @@
         [--retry-seconds S] [--step-sleep S] [--takeover] [--run-id ID] [--plain]
         [--unseeded-shuffle] [--reset-data-fingerprints]
         [--expiring-token] [--events EVENTS.json] [--tick-seconds S]
+        [--stop-at-step N] [--raise-at-step N]
 
 Trains a small Keras model (Dense, Dropout, BatchNormalization, Adam) under a
 2-replica MirroredStrategy on CPU with op determinism, through
@@ -20,6 +21,9 @@ when the process ends (also on an error), for chaos tests to count;
 and prints how often it refreshed. ``--tick-seconds`` spaces the agent's
 ticks (history samples and chunks): a large value makes a session killed
 mid-run leave no history chunk at all, as one killed in its first seconds.
+``--stop-at-step`` calls ``agent.stop()`` there, ``--raise-at-step`` raises
+a ``RuntimeError`` (a bug in the user's code): the exit-status tests read
+how the process ends. Every step prints ``STEP N`` when ``--print-steps``.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--expiring-token", action="store_true")
     parser.add_argument("--events")
     parser.add_argument("--tick-seconds", type=float)
+    parser.add_argument("--stop-at-step", type=int)
+    parser.add_argument("--raise-at-step", type=int)
+    parser.add_argument("--print-steps", action="store_true")
     return parser.parse_args()
 
 
@@ -75,6 +82,7 @@ def main() -> int:
     from support.dying import kill_if_at
 
     from colab_resume.agent import Agent
+    from colab_resume.exit_status import exit_code
 
     keras.utils.set_random_seed(7)
     tf.config.experimental.enable_op_determinism()
@@ -139,6 +147,11 @@ def main() -> int:
             seen.append(event)  # all of them: recent() keeps only 500
             if event.kind in ("checkpoint.restored", "checkpoint.committed"):
                 print(f"EVENT {event.kind} step={event.step}", flush=True)
+            if event.kind == "run.stopped":
+                outcome = event.data.get("outcome")
+                print(f"EVENT {event.kind} step={event.step} {outcome}", flush=True)
+            if event.kind == "preemption.notice":
+                print(f"EVENT {event.kind} {event.data.get('path')}", flush=True)
             if event.kind == "data.fingerprints_reset":
                 print(f"EVENT {event.kind} {event.message}", flush=True)
             if event.kind == "lease.taken":
@@ -159,7 +172,13 @@ def main() -> int:
     # here to lose: the step hook raises what a lost one would.
     def after_step(step: int) -> None:
         steps_done["n"] += 1
+        if args.print_steps:
+            print(f"STEP {step}", flush=True)
         faults(step)
+        if step == args.stop_at_step:
+            agent.stop()
+        if step == args.raise_at_step:
+            raise RuntimeError(f"a bug at step {step}")
         if args.step_sleep:
             time.sleep(args.step_sleep)  # a slower "model": faults land mid-run
 
@@ -213,7 +232,8 @@ def main() -> int:
     print(
         f"DONE recoveries={agent.recoveries} steps_here={steps_done['n']}", flush=True
     )
-    return 0
+    # How a script hands its launcher the status (0 here unless stop() ended it).
+    return exit_code(agent)
 
 
 if __name__ == "__main__":
