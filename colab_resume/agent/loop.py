@@ -45,11 +45,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from colab_resume import exit_status
 from colab_resume.agent import epoch_length, runtime_facts
 from colab_resume.agent.callback import ModelState, StartPoint
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.driver import Driver
 from colab_resume.agent.light import LightSession
+from colab_resume.agent.multihost import FollowerSession, MultiHost
 from colab_resume.agent.options import AgentOptions
 from colab_resume.agent.progress import Progress, ProgressTracker
 from colab_resume.agent.steps import StepDuties, StepHook
@@ -106,6 +108,8 @@ class RunLoop:
         self.sleep = sleep
         self._stopped = False  # the last drive ended on stop(), before its end
         self.step_hooks: list[StepHook] = []
+        # This process's part in a multi-process run (None: the only one).
+        self.multihost: MultiHost | None = None
         # History samples and panel refreshes, once a second from the loop.
         self.progress = ProgressTracker(self)
 
@@ -221,14 +225,17 @@ class RunLoop:
             self._reopen_completed(done, driver.total_steps)
         self.progress.session_started(driver.total_steps, driver.steps_per_epoch)
         try:
-            with _graceful_sigterm(self.controls):
+            with self._sigterm_guard():
                 self._train_with_recovery(driver, session, manager)
             self.finish(driver.total_steps, session, manager)
+            self._multihost_ended()
         except KeyboardInterrupt:
             self.fail(KeyboardInterrupt(), session, manager)
             # One line instead of TensorFlow's traceback: what is safe, what next.
             raise KeyboardInterrupt(self._interrupted_message(manager)) from None
         except BaseException as exc:
+            if self.multihost is not None:
+                self.multihost.exit_after(exc)  # a lost peer: exits RESTART
             self.fail(exc, session, manager)
             raise
         finally:
@@ -238,6 +245,8 @@ class RunLoop:
 
     def take_run(self) -> tuple[RunSession, CheckpointManager]:
         """Take the lease (waiting out a silent holder); open its checkpoints."""
+        if self.multihost is not None:
+            return self._take_run_multihost(self.multihost)
         session = RunSession.open(
             self.storage,
             self.options.session,
@@ -258,6 +267,53 @@ class RunLoop:
         )
         self.session, self.checkpoints = session, manager
         return session, manager
+
+    # --- a multi-process run (colab_resume.agent.multihost) ---------------------------
+
+    def _take_run_multihost(
+        self, host: MultiHost
+    ) -> tuple[RunSession, CheckpointManager]:
+        """Process 0 takes the lease; every process gets its number and beats."""
+        session: Any
+        if host.leads:
+            session = RunSession.open(
+                self.storage,
+                self.options.session,
+                events=self.events,
+                on_countdown=self.progress.countdown,
+            )
+            host.share_lease(session.lease)
+        else:
+            host.share_lease(0)
+            session = FollowerSession(host)
+        manager = CheckpointManager(
+            self.storage,
+            lease=host.lease,
+            fence=session.fence,
+            events=self.events,
+            config=self.options.checkpoints,
+            process=host.role,
+        )
+        # Only process 0's session is the run's (history, panel, status).
+        self.session = session if host.leads else None
+        self.checkpoints = manager
+        return session, manager
+
+    def _sigterm_guard(self) -> contextlib.AbstractContextManager[None]:
+        if self.multihost is not None:
+            return self.multihost.sigterm()  # JAX's notifier keeps SIGTERM
+        return _graceful_sigterm(self.controls)
+
+    def _multihost_ended(self) -> None:
+        """After the final commit: a preempted multi-process run exits PREEMPTED."""
+        host = self.multihost
+        if host is None:
+            return
+        if host.preempted_at is None:
+            host.ended("completed" if not self._stopped else "stopped")
+            return
+        host.ended("preempted")
+        raise SystemExit(exit_status.PREEMPTED)
 
     def fail(
         self, exc: BaseException, session: RunSession, manager: CheckpointManager
@@ -320,7 +376,10 @@ class RunLoop:
                 driver.build()
         info = manager.restore(driver.state)
         epoch_length.check(info, driver.steps_per_epoch)
-        return info, driver.restored(info)
+        start = driver.restored(info)
+        if self.multihost is not None:
+            self.multihost.agree_start(start, driver.steps_per_epoch)
+        return info, start
 
     def announce_runtime(self, info: RestoredInfo) -> None:
         """Say what changed if another runtime wrote the restored checkpoint."""
@@ -387,6 +446,7 @@ class RunLoop:
             tick=self.progress.tick,
             hooks=self.step_hooks,
             runtime=runtime_facts.facts(self.connection),
+            stop_at=self.multihost.at_step if self.multihost else None,
         )
         duties.step = start
         return duties

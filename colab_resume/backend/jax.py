@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from colab_resume.backend import jax_distributed
 from colab_resume.backend.base import CustomLoop, StepHooks
 from colab_resume.dataset_contract import DatasetError, accepts_skip
 from colab_resume.runtime.errors import AcceleratorNotFoundError, LogicalDevicesError
@@ -113,7 +114,8 @@ def connect(prefer: str, cpu_replicas: int) -> JaxConnection:
             f"{prefer.upper()} runtime, install the JAX build for it, or "
             f"prefer='auto'."
         ) from exc
-    if devices[0].platform == "cpu":
+    many = jax_distributed.process_count() > 1
+    if devices[0].platform == "cpu" and not many:
         if len(devices) < cpu_replicas:
             raise LogicalDevicesError(
                 f"cpu_replicas={cpu_replicas} but JAX has {len(devices)} CPU "
@@ -121,7 +123,11 @@ def connect(prefer: str, cpu_replicas: int) -> JaxConnection:
                 f"number. Unset it, or start a fresh process."
             )
         devices = devices[:cpu_replicas]
-    distribution = keras.distribution.DataParallel(devices=devices)
+    # Across processes, every device of every host (jax.devices() is global),
+    # and each process feeds its own rows: Keras' auto-sharding wants tf.data.
+    distribution = keras.distribution.DataParallel(
+        devices=devices, **({"auto_shard_dataset": False} if many else {})
+    )
     keras.distribution.set_distribution(distribution)
     kind = str(devices[0].platform)
     chip = str(getattr(devices[0], "device_kind", kind)) if kind != "cpu" else "cpu"
@@ -201,9 +207,16 @@ class JaxBackend:
         skip: int,
         steps_per_epoch: int,
     ) -> Any:
-        return numpy_epoch(
+        batches = numpy_epoch(
             make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
         )
+        count = jax_distributed.process_count()
+        if count == 1:
+            return batches
+        # make_dataset yields global batches on every process; each feeds
+        # its own rows, which Keras assembles into the global batch.
+        index = jax_distributed.process_index()
+        return (jax_distributed.local_rows(b, index, count) for b in batches)
 
     def first_batch_of(self, dataset: Any) -> Any:
         return next(iter(dataset), None)
