@@ -228,7 +228,6 @@ class RunLoop:
             with self._sigterm_guard():
                 self._train_with_recovery(driver, session, manager)
             self.finish(driver.total_steps, session, manager)
-            self._multihost_ended()
         except KeyboardInterrupt:
             self.fail(KeyboardInterrupt(), session, manager)
             # One line instead of TensorFlow's traceback: what is safe, what next.
@@ -242,6 +241,7 @@ class RunLoop:
             with contextlib.suppress(Exception):
                 manager.close()
             self.progress.finish()
+        self._multihost_ended()
 
     def take_run(self) -> tuple[RunSession, CheckpointManager]:
         """Take the lease (waiting out a silent holder); open its checkpoints."""

@@ -22,6 +22,7 @@ import itertools
 import os
 import re
 import sys
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -31,6 +32,8 @@ from colab_resume.dataset_contract import DatasetError, accepts_skip
 from colab_resume.runtime.errors import AcceleratorNotFoundError, LogicalDevicesError
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+# A multi-process epoch's rows generator -> the global batches it splits.
+_GLOBAL_BATCHES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,10 +219,15 @@ class JaxBackend:
         # make_dataset yields global batches on every process; each feeds
         # its own rows, which Keras assembles into the global batch.
         index = jax_distributed.process_index()
-        return (jax_distributed.local_rows(b, index, count) for b in batches)
+        rows = (jax_distributed.local_rows(b, index, count) for b in batches)
+        _GLOBAL_BATCHES[rows] = batches
+        return rows
 
     def first_batch_of(self, dataset: Any) -> Any:
-        return next(iter(dataset), None)
+        # A process's rows differ from process to process: the data
+        # fingerprint is the global batch's, the same on every process.
+        source = _GLOBAL_BATCHES.get(dataset, dataset)
+        return next(iter(source), None)
 
     def check_first_batch(
         self, make_dataset: Callable[..., Any], dataset: Any, epoch: int, model: Any
