@@ -26,7 +26,8 @@ _NAMES = (
     "heartbeat_seconds, dead_after_seconds, stall_after_seconds, takeover, "
     "storage_options, prefer, cpu_replicas, precision, max_recoveries, "
     "recovery_backoff_seconds, lifetime_seconds, storage_retry_seconds, run_id, "
-    "reset_data_fingerprints"
+    "reset_data_fingerprints, distributed, coordinator_address, num_processes, "
+    "process_id, peer_dead_after_seconds"
 )
 _RUN_ID = "1-128 letters, digits, '.', '_' or '-' (or None)"
 
@@ -255,6 +256,11 @@ def test_the_defaults_are_the_parts_defaults():
         "storage_retry_seconds": defaults.STORAGE_RETRY_SECONDS,
         "run_id": None,
         "reset_data_fingerprints": False,
+        "distributed": None,
+        "coordinator_address": None,
+        "num_processes": None,
+        "process_id": None,
+        "peer_dead_after_seconds": 30.0,
     }
     assert options.recovery == RetryPolicy(initial_seconds=2.0, max_seconds=8.0)
 

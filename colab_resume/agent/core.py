@@ -94,7 +94,7 @@ class Agent:
         # Before anything touches JAX's devices: jax.distributed first.
         self._loop.multihost = multihost.start(
             self._storage,
-            self.options.distributed,
+            self.options.cluster,
             self.events,
             cpu_devices=self.options.connect.cpu_replicas,
             prefer=self.options.connect.prefer,

@@ -43,11 +43,11 @@ _FLAT: dict[str, tuple[str, str]] = {
     "storage_retry_seconds": ("storage_retry", "total_seconds"),
     "run_id": ("session", "expected_run_id"),
     "reset_data_fingerprints": ("", "reset_data_fingerprints"),
-    "distributed": ("distributed", "distributed"),
-    "coordinator_address": ("distributed", "coordinator_address"),
-    "num_processes": ("distributed", "num_processes"),
-    "process_id": ("distributed", "process_id"),
-    "peer_dead_after_seconds": ("distributed", "peer_dead_after_seconds"),
+    "distributed": ("cluster", "distributed"),
+    "coordinator_address": ("cluster", "coordinator_address"),
+    "num_processes": ("cluster", "num_processes"),
+    "process_id": ("cluster", "process_id"),
+    "peer_dead_after_seconds": ("cluster", "peer_dead_after_seconds"),
 }
 OPTIONS = tuple(_FLAT)
 
@@ -123,7 +123,7 @@ class AgentOptions:
             once connected).
         connect: how to pick and set up the accelerator.
         storage_retry: how long one storage call retries.
-        distributed: whether and how to start JAX's multi-process runtime.
+        cluster: whether and how to start JAX's multi-process runtime.
         recovery: the wait between recoveries, doubling from
             ``recovery_backoff_seconds`` up to the last of
             ``max_recoveries``.
@@ -143,7 +143,7 @@ class AgentOptions:
     connect: ConnectOptions
     storage_retry: RetryPolicy
     recovery: RetryPolicy
-    distributed: DistributedOptions
+    cluster: DistributedOptions
     storage_options: dict[str, Any] | None
     max_recoveries: int
     reset_data_fingerprints: bool
@@ -195,7 +195,7 @@ class AgentOptions:
         for name, value in own.items():
             object.__setattr__(self, name, value)
         part("connect", ConnectOptions)
-        part("distributed", DistributedOptions)
+        part("cluster", DistributedOptions)
         part("storage_retry", RetryPolicy)
         # The Agent's own default first wait (RetryPolicy's is a storage
         # call's); the cap is the wait before the last recovery.

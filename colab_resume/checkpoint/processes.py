@@ -106,7 +106,9 @@ def collect_markers(
         marker = process_marker(k)
         data = storage.read_bytes(f"{name.path}/{marker}", max_bytes=1 << 20)
         _verify(name, k, json.loads(data), listed)
-        entries.append(FileEntry(name=marker, size=len(data), crc32c=crc32c_bytes(data)))
+        entries.append(
+            FileEntry(name=marker, size=len(data), crc32c=crc32c_bytes(data))
+        )
     return tuple(entries)
 
 

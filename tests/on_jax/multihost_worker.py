@@ -32,7 +32,10 @@ def make_dataset(epoch: int, skip: int = 0) -> list[tuple[object, object]]:
     x = rng.normal(size=(STEPS_PER_EPOCH * GLOBAL_BATCH, 5)).astype("float32")
     y = (x.sum(axis=1, keepdims=True) > 0).astype("float32")
     return [
-        (x[i * GLOBAL_BATCH : (i + 1) * GLOBAL_BATCH], y[i * GLOBAL_BATCH : (i + 1) * GLOBAL_BATCH])
+        (
+            x[i * GLOBAL_BATCH : (i + 1) * GLOBAL_BATCH],
+            y[i * GLOBAL_BATCH : (i + 1) * GLOBAL_BATCH],
+        )
         for i in range(skip, STEPS_PER_EPOCH)
     ]
 
@@ -108,7 +111,9 @@ def main() -> None:
         *values,
     )
     restored = [e for e in agent.events.recent(200) if e.kind == "run.resumed_at"]
-    changed = [e.message for e in agent.events.recent(200) if e.kind.startswith("runtime.")]
+    changed = [
+        e.message for e in agent.events.recent(200) if e.kind.startswith("runtime.")
+    ]
     with open(os.path.join(args.out_dir, f"result.p{args.process}.json"), "w") as f:
         json.dump(
             {"resumed_at": restored[-1].step if restored else None, "changes": changed},

@@ -44,7 +44,14 @@ class Proc:
 
     def __init__(self, run_dir: str, out: str, k: int, port: int, *extra: str) -> None:
         argv = [sys.executable, WORKER, run_dir, out, "--process", str(k)]
-        argv += ["--processes", "2", "--port", str(port), "--dead-after", str(DEAD_AFTER)]
+        argv += [
+            "--processes",
+            "2",
+            "--port",
+            str(port),
+            "--dead-after",
+            str(DEAD_AFTER),
+        ]
         env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND="jax")
         self.proc = subprocess.Popen(
             [*argv, *extra],
@@ -132,7 +139,10 @@ def test_two_processes_fit_with_one_owner(reference: tuple[str, str]) -> None:
     with open(os.path.join(run_dir, "checkpoints", newest, rundir.MANIFEST)) as f:
         manifest = json.load(f)
     assert manifest["processes"] == 2
-    assert [m["name"] for m in manifest["markers"]] == ["PROCESS-0.json", "PROCESS-1.json"]
+    assert [m["name"] for m in manifest["markers"]] == [
+        "PROCESS-0.json",
+        "PROCESS-1.json",
+    ]
 
 
 def test_sigkill_of_one_process_restart_is_bitwise(
@@ -195,6 +205,7 @@ def test_checkpoint_missing_one_process_marker_is_never_restored(
     newest, older = names[-1], names[-2]
     os.remove(os.path.join(run_dir, "checkpoints", newest, "PROCESS-1.json"))
     read: list[int] = []
+    os.makedirs(tmp_path / "scratch")  # type: ignore[operator]
 
     def record(prefix: str, manifest: object) -> tuple[str, ...]:
         read.append(manifest.step)  # type: ignore[attr-defined]
