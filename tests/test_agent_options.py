@@ -26,7 +26,9 @@ _NAMES = (
     "heartbeat_seconds, dead_after_seconds, stall_after_seconds, takeover, "
     "storage_options, prefer, cpu_replicas, precision, max_recoveries, "
     "recovery_backoff_seconds, lifetime_seconds, storage_retry_seconds, run_id, "
-    "reset_data_fingerprints, exit_on_preemption, preemption_notices, on_done"
+    "reset_data_fingerprints, exit_on_preemption, preemption_notices, on_done, "
+    "distributed, coordinator_address, num_processes, "
+    "process_id, peer_dead_after_seconds"
 )
 _RUN_ID = "1-128 letters, digits, '.', '_' or '-' (or None)"
 
@@ -269,6 +271,11 @@ def test_the_defaults_are_the_parts_defaults():
         "exit_on_preemption": None,
         "preemption_notices": None,
         "on_done": None,
+        "distributed": None,
+        "coordinator_address": None,
+        "num_processes": None,
+        "process_id": None,
+        "peer_dead_after_seconds": 30.0,
     }
     assert options.recovery == RetryPolicy(initial_seconds=2.0, max_seconds=8.0)
 

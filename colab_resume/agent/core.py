@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
+from colab_resume.agent import multihost
 from colab_resume.agent.callback import ModelState, StartPoint
 from colab_resume.agent.console import ConsoleSink
 from colab_resume.agent.controls import Controls
@@ -117,6 +118,14 @@ class Agent:
         )
         self._loop = RunLoop(
             self._storage, self.options, self._accelerator, self._controls, self.events
+        )
+        # Before anything touches JAX's devices: jax.distributed first.
+        self._loop.multihost = multihost.start(
+            self._storage,
+            self.options.cluster,
+            self.events,
+            cpu_devices=self.options.connect.cpu_replicas,
+            prefer=self.options.connect.prefer,
         )
         self.model: Any = None
         self.state: dict[str, Any] | None = None

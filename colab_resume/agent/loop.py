@@ -51,6 +51,7 @@ from colab_resume.agent.callback import ModelState, StartPoint
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.driver import Driver
 from colab_resume.agent.light import LightSession
+from colab_resume.agent.multihost import FollowerSession, MultiHost
 from colab_resume.agent.options import AgentOptions
 from colab_resume.agent.progress import Progress, ProgressTracker
 from colab_resume.agent.steps import StepDuties, StepHook
@@ -114,6 +115,8 @@ class RunLoop:
         self._ended_at: int | None = None
         self._end_reason: str | None = None
         self.step_hooks: list[StepHook] = []
+        # This process's part in a multi-process run (None: the only one).
+        self.multihost: MultiHost | None = None
         # History samples and panel refreshes, once a second from the loop.
         self.progress = ProgressTracker(self)
 
@@ -244,11 +247,15 @@ class RunLoop:
             self._reopen_completed(done, driver.total_steps)
         self.progress.session_started(driver.total_steps, driver.steps_per_epoch)
         try:
+            # Multi-host: a notice stopping one process alone would hang the
+            # others in their next collective; only JAX's preemption sync
+            # point (fed by SIGTERM) stops every process at one step.
+            notices_on = (
+                self.options.preemption_notices if self.multihost is None else False
+            )
             with (
-                _graceful_sigterm(self.controls),
-                notices.watching(
-                    self.options.preemption_notices, self.controls, self.events
-                ),
+                self._sigterm_guard(),
+                notices.watching(notices_on, self.controls, self.events),
             ):
                 self._train_with_recovery(driver, session, manager)
             self.finish(driver.total_steps, session, manager)
@@ -258,15 +265,20 @@ class RunLoop:
             raise KeyboardInterrupt(self._interrupted_message(manager)) from None
         except BaseException as exc:
             self._outcome = exit_status.NAMES[exit_status.FAILED]
+            if self.multihost is not None:
+                self.multihost.exit_after(exc)  # a lost peer: exits RESTART
             self.fail(exc, session, manager)
             raise
         finally:
             with contextlib.suppress(Exception):
                 manager.close()
             self.progress.finish()
+        self._multihost_ended()
 
     def take_run(self) -> tuple[RunSession, CheckpointManager]:
         """Take the lease (waiting out a silent holder); open its checkpoints."""
+        if self.multihost is not None:
+            return self._take_run_multihost(self.multihost)
         session = RunSession.open(
             self.storage,
             self.options.session,
@@ -287,6 +299,56 @@ class RunLoop:
         )
         self.session, self.checkpoints = session, manager
         return session, manager
+
+    # --- a multi-process run (colab_resume.agent.multihost) ---------------------------
+
+    def _take_run_multihost(
+        self, host: MultiHost
+    ) -> tuple[RunSession, CheckpointManager]:
+        """Process 0 takes the lease; every process gets its number and beats."""
+        session: Any
+        if host.leads:
+            session = RunSession.open(
+                self.storage,
+                self.options.session,
+                events=self.events,
+                on_countdown=self.progress.countdown,
+            )
+            host.share_lease(session.lease)
+        else:
+            host.share_lease(0)
+            session = FollowerSession(host)
+        manager = CheckpointManager(
+            self.storage,
+            lease=host.lease,
+            fence=session.fence,
+            events=self.events,
+            config=self.options.checkpoints,
+            process=host.role,
+        )
+        # Only process 0's session is the run's (history, panel, status).
+        self.session = session if host.leads else None
+        self.checkpoints = manager
+        return session, manager
+
+    def _sigterm_guard(self) -> contextlib.AbstractContextManager[None]:
+        if self.multihost is not None:
+            return self.multihost.sigterm()  # JAX's notifier keeps SIGTERM
+        return _graceful_sigterm(self.controls)
+
+    def _multihost_ended(self) -> None:
+        """After the final commit: every process's last beat says how it ended.
+
+        A preempted run then leaves ``fit``/``run`` as any preempted run does
+        (``Agent`` raises :class:`~colab_resume.Preempted`: exit 143).
+        """
+        host = self.multihost
+        if host is None:
+            return
+        if host.preempted_at is None:
+            host.ended("completed" if not self._stopped else "stopped")
+            return
+        host.ended("preempted")
 
     def fail(
         self, exc: BaseException, session: RunSession, manager: CheckpointManager
@@ -349,7 +411,10 @@ class RunLoop:
                 driver.build()
         info = manager.restore(driver.state)
         epoch_length.check(info, driver.steps_per_epoch)
-        return info, driver.restored(info)
+        start = driver.restored(info)
+        if self.multihost is not None:
+            self.multihost.agree_start(start, driver.steps_per_epoch)
+        return info, start
 
     def announce_runtime(self, info: RestoredInfo) -> None:
         """Say what changed if another runtime wrote the restored checkpoint."""
@@ -416,6 +481,7 @@ class RunLoop:
             tick=self.progress.tick,
             hooks=self.step_hooks,
             runtime=runtime_facts.facts(self.connection),
+            stop_at=self.multihost.at_step if self.multihost else None,
         )
         duties.step = start
         return duties

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 from typing import Any
 
+from colab_resume.backend.jax_distributed import DistributedOptions
 from colab_resume.checkpoint.manager import CheckpointConfig
 from colab_resume.checkpoint.triggers import TriggerOptions
 from colab_resume.heartbeat.session import SessionOptions
@@ -46,6 +47,11 @@ _FLAT: dict[str, tuple[str, str]] = {
     "exit_on_preemption": ("", "exit_on_preemption"),
     "preemption_notices": ("", "preemption_notices"),
     "on_done": ("", "on_done"),
+    "distributed": ("cluster", "distributed"),
+    "coordinator_address": ("cluster", "coordinator_address"),
+    "num_processes": ("cluster", "num_processes"),
+    "process_id": ("cluster", "process_id"),
+    "peer_dead_after_seconds": ("cluster", "peer_dead_after_seconds"),
 }
 OPTIONS = tuple(_FLAT)
 
@@ -121,6 +127,15 @@ class AgentOptions:
         on_done (str | callable | Teardown | None): the teardown run after a
             COMPLETED run (a command line, run without a shell, or a
             callable); see :mod:`colab_resume.launch.teardown`.
+        distributed (bool | None): JAX multi-process (docs/guide/multi-host.md):
+            None starts it when ``KERAS_DISTRIBUTION_*`` or a Cloud TPU pod
+            slice says there are several processes; True always; False never.
+        coordinator_address (str | None): process 0's ``host:port``, with
+            ``num_processes`` and ``process_id`` (instead of the environment).
+        num_processes (int | None): processes in the job.
+        process_id (int | None): this process's index.
+        peer_dead_after_seconds (float): a peer process silent this long is
+            dead; the survivors exit with ``exit_status.RESTART`` (75).
 
     Attributes:
         session: how the session beats and judges the one before it.
@@ -129,6 +144,7 @@ class AgentOptions:
             once connected).
         connect: how to pick and set up the accelerator.
         storage_retry: how long one storage call retries.
+        cluster: whether and how to start JAX's multi-process runtime.
         recovery: the wait between recoveries, doubling from
             ``recovery_backoff_seconds`` up to the last of
             ``max_recoveries``.
@@ -151,6 +167,7 @@ class AgentOptions:
     connect: ConnectOptions
     storage_retry: RetryPolicy
     recovery: RetryPolicy
+    cluster: DistributedOptions
     storage_options: dict[str, Any] | None
     max_recoveries: int
     reset_data_fingerprints: bool
@@ -209,6 +226,7 @@ class AgentOptions:
         for name, value in own.items():
             object.__setattr__(self, name, value)
         part("connect", ConnectOptions)
+        part("cluster", DistributedOptions)
         part("storage_retry", RetryPolicy)
         # The Agent's own default first wait (RetryPolicy's is a storage
         # call's); the cap is the wait before the last recovery.

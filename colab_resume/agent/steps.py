@@ -40,6 +40,9 @@ class StepDuties:
         hooks: called with the step after its duties (``Agent.on_step``).
         runtime: what each checkpoint records of this session's runtime
             (:mod:`colab_resume.agent.runtime_facts`).
+        stop_at: called with each step before the stop check; True: stop
+            there as a preemption (a multi-process run's preemption sync
+            point), so the run ends PREEMPTED.
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class StepDuties:
         tick: Callable[[], None] | None = None,
         hooks: list[StepHook] | None = None,
         runtime: dict[str, Any] | None = None,
+        stop_at: Callable[[int], bool] | None = None,
     ) -> None:
         self.session = session
         self.manager = manager
@@ -67,6 +71,7 @@ class StepDuties:
         self.tick = tick or (lambda: None)
         self.hooks = hooks if hooks is not None else []
         self.runtime = runtime
+        self.stop_at = stop_at
         self.step = 0
         self.consistent = True  # False while a step is half-applied
 
@@ -80,6 +85,8 @@ class StepDuties:
         self.beat(step=step, state="training")
         self.session.check()  # fenced by a newer session?
         self.manager.check()  # a failed background upload?
+        if self.stop_at is not None and self.stop_at(step):
+            self.controls.preempt("the preemption sync point")
         if self.controls.take_save_request():
             self.triggers.save_now()
         if self.controls.paused:

@@ -23,9 +23,11 @@ import itertools
 import os
 import re
 import sys
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from colab_resume.backend import jax_distributed
 from colab_resume.backend.base import CustomLoop, StepHooks
 from colab_resume.dataset_contract import DatasetError, accepts_skip
 from colab_resume.runtime import diagnose
@@ -39,6 +41,8 @@ if (
     from colab_resume.runtime.connection import Connection
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+# A multi-process epoch's rows generator -> the global batches it splits.
+_GLOBAL_BATCHES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +126,8 @@ def connect(prefer: str, cpu_replicas: int) -> JaxConnection:
             f"{prefer.upper()} runtime, install the JAX build for it, or "
             f"prefer='auto'."
         ) from exc
-    if devices[0].platform == "cpu":
+    many = jax_distributed.process_count() > 1
+    if devices[0].platform == "cpu" and not many:
         if len(devices) < cpu_replicas:
             raise LogicalDevicesError(
                 f"cpu_replicas={cpu_replicas} but JAX has {len(devices)} CPU "
@@ -130,7 +135,11 @@ def connect(prefer: str, cpu_replicas: int) -> JaxConnection:
                 f"number. Unset it, or start a fresh process."
             )
         devices = devices[:cpu_replicas]
-    distribution = keras.distribution.DataParallel(devices=devices)
+    # Across processes, every device of every host (jax.devices() is global),
+    # and each process feeds its own rows: Keras' auto-sharding wants tf.data.
+    distribution = keras.distribution.DataParallel(
+        devices=devices, **({"auto_shard_dataset": False} if many else {})
+    )
     keras.distribution.set_distribution(distribution)
     kind = str(devices[0].platform)
     chip = str(getattr(devices[0], "device_kind", kind)) if kind != "cpu" else "cpu"
@@ -266,12 +275,24 @@ class JaxBackend:
         skip: int,
         steps_per_epoch: int,
     ) -> Any:
-        return numpy_epoch(
+        batches = numpy_epoch(
             make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
         )
+        count = jax_distributed.process_count()
+        if count == 1:
+            return batches
+        # make_dataset yields global batches on every process; each feeds
+        # its own rows, which Keras assembles into the global batch.
+        index = jax_distributed.process_index()
+        rows = (jax_distributed.local_rows(b, index, count) for b in batches)
+        _GLOBAL_BATCHES[rows] = batches
+        return rows
 
     def first_batch_of(self, dataset: Any) -> Any:
-        return next(iter(dataset), None)
+        # A process's rows differ from process to process: the data
+        # fingerprint is the global batch's, the same on every process.
+        source = _GLOBAL_BATCHES.get(dataset, dataset)
+        return next(iter(source), None)
 
     def check_first_batch(
         self, make_dataset: Callable[..., Any], dataset: Any, epoch: int, model: Any

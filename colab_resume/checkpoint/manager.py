@@ -34,6 +34,11 @@ from typing import Any
 from colab_resume import backend, defaults
 from colab_resume.checkpoint import formats, retention, transfer
 from colab_resume.checkpoint.groups import StateLike
+from colab_resume.checkpoint.processes import (
+    ProcessRole,
+    collect_markers,
+    write_marker,
+)
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_bound
 from colab_resume.checkpoint.uploader import Uploader
@@ -131,6 +136,10 @@ class CheckpointManager:
         events: where commits, stalls, failures and progress are reported.
         clock: monotonic clock for durations (injectable).
         config: the settings, whole (then no ``**options``).
+        process: this process's part in a multi-process run (None: the only
+            one): process 0 writes the state and commits once every
+            process's marker verifies; the others write their markers only
+            (:mod:`colab_resume.checkpoint.processes`).
         **options: fields of :class:`CheckpointConfig` (``keep=``,
             ``keep_every_steps=``, ``staging_dir=``, ``io_device=``...).
     """
@@ -144,6 +153,7 @@ class CheckpointManager:
         events: EventLog,
         clock: Callable[[], float] = time.monotonic,
         config: CheckpointConfig | None = None,
+        process: ProcessRole | None = None,
         **options: Any,
     ) -> None:
         if not _is_int(lease) or lease < 1:
@@ -155,6 +165,7 @@ class CheckpointManager:
         self.config = config if config is not None else CheckpointConfig(**options)
         self.storage = storage
         self.lease = lease
+        self.process = process
         self._fence = fence
         self._events = events
         self._clock = clock
@@ -224,11 +235,16 @@ class CheckpointManager:
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(staging)
         started = self._clock()
-        training_state.write(os.path.join(staging, PREFIX), self._tf_options())
+        if self.process is None or self.process.commits:
+            # Replicated state is written once, by the process that commits.
+            training_state.write(os.path.join(staging, PREFIX), self._tf_options())
         self.last_blocking_seconds = self._clock() - started
         wall_time = time.time()
 
         def job() -> None:
+            if self.process is not None and not self.process.commits:
+                self._write_part(name)
+                return
             self._upload_and_commit(
                 training_state,
                 name,
@@ -346,6 +362,12 @@ class CheckpointManager:
             progress=progress,
             workers=self.config.workers,
         )
+        if self.process is not None:
+            write_marker(self.storage, name, self.process, entries)
+            markers = collect_markers(self.storage, name, self.process)
+            manifest = dataclasses.replace(
+                manifest, processes=self.process.count, markers=markers
+            )
         self._fence()
         self.storage.write_json(
             name.manifest_path, manifest.to_json(), create_only=True
@@ -365,6 +387,15 @@ class CheckpointManager:
             seconds=seconds,
         )
         self._prune_quietly(name.step)
+
+    def _write_part(self, name: CheckpointName) -> None:
+        """A process that does not commit: its done marker (no files of its own)."""
+        assert self.process is not None
+        write_marker(self.storage, name, self.process, ())
+        with self._lock:
+            self._in_flight = None
+            self.last_committed = name  # its part; process 0 commits the whole
+        shutil.rmtree(os.path.join(self._staging_root, name.dirname), True)
 
     def _report_failure(self, job: str, exc: BaseException) -> None:
         with self._lock:
@@ -476,6 +507,16 @@ class CheckpointManager:
             lease=self.lease,
             in_flight=in_flight,
         )
+        if self.process is not None:
+            # Another process may already be writing its part of a later step
+            # of this session: that directory is not a leftover.
+            last = in_flight or self.last_committed
+            floor = last.step if last is not None else -1
+            doomed = [
+                d
+                for d in doomed
+                if d.committed or d.name.lease != self.lease or d.name.step <= floor
+            ]
         deleted = []
         for entry in doomed:
             retention.delete(self.storage, entry, self._fence)

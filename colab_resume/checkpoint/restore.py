@@ -152,7 +152,13 @@ class Damaged(Exception):
 def check_listing(manifest: Manifest, entry: CheckpointDir) -> None:
     """Compare the manifest with the storage listing; raise Damaged if it differs."""
     problems = []
-    for item in manifest.files:
+    missing = commit.missing_processes(manifest.processes, entry.objects)
+    if missing:
+        problems.append(
+            f"the done marker of process(es) {missing} of {manifest.processes} "
+            f"is missing (a multi-process checkpoint without every process's part)"
+        )
+    for item in (*manifest.files, *manifest.markers):
         info = entry.objects.get(item.name)
         if info is None:
             problems.append(f"{item.name} is missing")

@@ -14,6 +14,14 @@ A checkpoint ``checkpoints/step-S.eL/`` is committed when, and only when:
    tie counts as late: one clock stamped both, and equal stamps do not
    prove the manifest came first.
 
+A checkpoint of a multi-process run (``processes`` > 1 in its manifest)
+is committed only with every process's part: process ``k`` writes its
+files, then its done marker ``PROCESS-k.json`` listing them with their
+CRC32Cs; process 0 writes the manifest only after every marker is there
+and every file a marker lists verifies, and the manifest lists the markers
+(size and CRC32C) as it lists files. A directory missing a process's
+marker or files is damage, never restored (:func:`missing_processes`).
+
 Any lease above ``L`` counts, not only ``L + 1``. Sessions number leases
 one above the highest they see, but a lease object can be planted with any
 number (``lease/00000003.json`` while lease 1 trains): the next session
@@ -33,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from colab_resume.protocol.rundir import MANIFEST
+from colab_resume.protocol.rundir import MANIFEST, process_marker
 from colab_resume.storage import ObjectInfo
 
 COMMITTED = "committed"
@@ -63,3 +71,14 @@ def deletion_order(file_names: Iterable[str]) -> list[str]:
     """The files of a checkpoint directory in the order to delete them."""
     names = sorted(file_names)
     return [MANIFEST] * (MANIFEST in names) + [n for n in names if n != MANIFEST]
+
+
+def missing_processes(processes: int, file_names: Iterable[str]) -> list[int]:
+    """The processes whose done marker is not among ``file_names``.
+
+    Args:
+        processes: the processes that took part (the manifest's ``processes``).
+        file_names: the names listed in the checkpoint directory.
+    """
+    names = set(file_names)
+    return [k for k in range(processes) if process_marker(k) not in names]

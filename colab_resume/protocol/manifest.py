@@ -92,6 +92,9 @@ class Manifest:
         metrics: JSON-able metrics at the save.
         extras: JSON-able user values; ``fingerprints`` and ``history`` are
             the agent's own and must have the types it reads back.
+        processes: processes that wrote it (1: a single-process run).
+        markers: with ``processes`` > 1, each process's done marker
+            (``PROCESS-k.json``), verified as files are.
     """
 
     step: int
@@ -103,8 +106,11 @@ class Manifest:
     structure: dict[str, Any] = dataclasses.field(default_factory=dict)
     metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
+    processes: int = 1
+    markers: tuple[FileEntry, ...] = ()
 
     def __post_init__(self) -> None:
+        self._check_processes()
         for name in ("step", "epoch", "lease"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -157,6 +163,17 @@ class Manifest:
                 ) from None
         _check_agent_extras(self.extras)
 
+    def _check_processes(self) -> None:
+        count = self.processes
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"Manifest.processes must be an int >= 1, got {count!r}.")
+        want = [f"PROCESS-{k}.json" for k in range(count)] if count > 1 else []
+        if sorted(m.name for m in self.markers) != sorted(want):
+            raise ValueError(
+                f"Manifest.markers must name {want} for {count} process(es), got "
+                f"{[m.name for m in self.markers]}."
+            )
+
     @property
     def total_bytes(self) -> int:
         return sum(entry.size for entry in self.files)
@@ -164,6 +181,7 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         value = dataclasses.asdict(self)
         value["files"] = [dataclasses.asdict(entry) for entry in self.files]
+        value["markers"] = [dataclasses.asdict(entry) for entry in self.markers]
         value["format"] = FORMAT
         return value
 
@@ -195,6 +213,11 @@ class Manifest:
                 structure=value.get("structure", {}),
                 metrics=value.get("metrics", {}),
                 extras=value.get("extras", {}),
+                processes=value.get("processes", 1),
+                markers=tuple(
+                    FileEntry(name=f["name"], size=f["size"], crc32c=f["crc32c"])
+                    for f in value.get("markers", [])
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptRecordError(

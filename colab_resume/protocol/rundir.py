@@ -4,7 +4,9 @@
 run.json                                   create-only: run id, created, version
 lease/00000001.json                        create-only, one per session
 heartbeat/00000001.json                    overwritten by lease holder 1
+heartbeat/00000001.p1.json                 process 1 of a multi-process lease 1
 checkpoints/step-000001200.e00000001/...   checkpoint files of step 1200, lease 1
+checkpoints/step-000001200.e00000001/PROCESS-1.json  process 1's files, done
 checkpoints/step-000001200.e00000001/MANIFEST.json   written last, create-only
 DONE.json                                  training finished
 ```
@@ -33,6 +35,16 @@ MANIFEST = "MANIFEST.json"
 MAX_LEASE = 99_999_999
 _LEASE_RE = re.compile(r"([0-9]{8})\.json")  # fullmatch: no trailing newline
 _CHECKPOINT_RE = re.compile(r"^step-(\d{9})\.e(\d{8})$")
+
+
+def process_heartbeat_path(lease: int, process: int) -> str:
+    """Process ``process``'s own beat in a multi-process session ``lease``."""
+    return f"{HEARTBEAT_DIR}/{lease:08d}.p{process}.json"
+
+
+def process_marker(process: int) -> str:
+    """The name of process ``process``'s done marker in a checkpoint directory."""
+    return f"PROCESS-{process}.json"
 
 
 def lease_path(lease: int) -> str:

@@ -1,0 +1,321 @@
+"""One run on several processes (JAX multi-process): roles, beats, the watch.
+
+The same script runs on every host. Process 0 is the run's one owner: it
+takes the lease, beats the run's heartbeat, writes the state and commits.
+Every process (0 included) also beats its own file,
+``heartbeat/<lease>.p<k>.json``, and watches the others' beats: a peer
+whose beat has not moved for ``peer_dead_after_seconds`` (by this
+process's own clock, so clock skew between hosts does not matter) is dead,
+and so is one whose beat says it failed. Multi-controller JAX is not fault
+tolerant — a survivor would crash or hang in its next collective — so the
+survivors end at once with :data:`~colab_resume.exit_status.RESTART`: the
+launcher restarts every process, and they resume from the last committed
+step. A collective that fails in training means the same.
+
+Preemption: a Python SIGTERM handler installed after
+``jax.distributed.initialize`` would replace JAX's own notifier, so none is
+installed; :meth:`MultiHost.at_step` asks JAX's preemption sync point at
+every step instead, which becomes true on every process at the same step,
+and they all checkpoint there and end with
+:data:`~colab_resume.exit_status.PREEMPTED`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from colab_resume import exit_status
+from colab_resume.backend import jax_distributed
+from colab_resume.backend.jax_distributed import DistributedOptions, Facts
+from colab_resume.checkpoint.processes import ProcessRole
+from colab_resume.errors import CorruptRecordError
+from colab_resume.events import EventLog
+from colab_resume.protocol import rundir
+from colab_resume.storage import Storage
+
+log = logging.getLogger(__name__)
+
+LOCAL_SCHEMES = ("", "file", "local")
+
+
+class MultiHost:
+    """This process's part in a multi-process run; see the module docstring."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        facts: Facts,
+        options: DistributedOptions,
+        events: EventLog,
+    ) -> None:
+        self.storage = storage
+        self.facts = facts
+        self.options = options
+        self.events = events
+        self.preempted_at: int | None = None
+        self.lease = 0
+        self._step = 0
+        self._state = "starting"
+        self._seq = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def index(self) -> int:
+        return self.facts.index
+
+    @property
+    def count(self) -> int:
+        return self.facts.count
+
+    @property
+    def leads(self) -> bool:
+        return self.facts.index == 0
+
+    @property
+    def role(self) -> ProcessRole:
+        return ProcessRole(self.index, self.count, self.options.peer_dead_after_seconds)
+
+    # --- the lease and the start point, agreed --------------------------------
+
+    def share_lease(self, lease: int) -> int:
+        """Process 0's lease on every process; starts this process's beats."""
+        self.lease = jax_distributed.from_leader(lease)
+        self._start_watch()
+        return self.lease
+
+    def agree_start(self, step: int, steps_per_epoch: int | None) -> None:
+        """Every process has the same epoch length and restored the same step.
+
+        Raises:
+            ClusterError: they disagree (each process's value is named).
+        """
+        jax_distributed.agree("steps_per_epoch", steps_per_epoch or 0)
+        jax_distributed.agree("the step restored from the run directory", step)
+
+    # --- per step ---------------------------------------------------------------
+
+    def at_step(self, step: int) -> bool:
+        """True at the step where every process must checkpoint and stop."""
+        self._step = step
+        self._state = "training"
+        if self.preempted_at is None and jax_distributed.reached_sync_point(step):
+            self.preempted_at = step
+            self.events.emit(
+                "run.preempted",
+                f"preemption notice: every process checkpoints at step {step} "
+                f"and exits with {exit_status.PREEMPTED}",
+                level="warning",
+                step=step,
+            )
+        return self.preempted_at is not None
+
+    @contextlib.contextmanager
+    def sigterm(self) -> Iterator[None]:
+        """No Python SIGTERM handler: JAX's notifier must keep SIGTERM."""
+        yield
+
+    # --- the end ------------------------------------------------------------------
+
+    def ended(self, state: str) -> None:
+        """This process's last beat says how it ended."""
+        self._state = state
+        self._beat()
+        self._stop.set()
+
+    def exit_after(self, exc: BaseException) -> None:
+        """After a training error: a lost peer ends this process with RESTART.
+
+        A collective fails (or would hang) once a peer is gone; wait up to
+        the bound for the watch to confirm it, then end with RESTART. An
+        error with every peer alive is the caller's to raise.
+        """
+        if isinstance(exc, (KeyboardInterrupt, jax_distributed.ClusterError)):
+            return
+        deadline = time.monotonic() + self.options.peer_dead_after_seconds
+        while time.monotonic() < deadline:
+            if self._dead_peer is not None:
+                break
+            time.sleep(0.2)
+        if self._dead_peer is not None or _is_collective_error(exc):
+            self._restart(
+                f"a collective failed ({type(exc).__name__}: {str(exc)[:160]})"
+            )
+
+    # --- beats and the watch ------------------------------------------------------
+
+    _dead_peer: int | None = None
+
+    def _start_watch(self) -> None:
+        if self._thread is not None:
+            return
+        self._seen: dict[int, tuple[Any, float]] = {}
+        self._started = time.monotonic()
+        self._beat()
+        self._thread = threading.Thread(
+            target=self._watch, name="colab-resume-peer-watch", daemon=True
+        )
+        self._thread.start()
+
+    def _interval(self) -> float:
+        return max(0.2, self.options.peer_dead_after_seconds / 5)
+
+    def _beat(self) -> None:
+        if not self.lease:
+            return
+        self._seq += 1
+        record = {
+            "process": self.index,
+            "processes": self.count,
+            "lease": self.lease,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "step": self._step,
+            "state": self._state,
+            "seq": self._seq,
+            "time": time.time(),
+        }
+        try:
+            self.storage.write_json(
+                rundir.process_heartbeat_path(self.lease, self.index), record
+            )
+        except Exception as exc:  # a missed beat; the next one may land
+            log.warning("process beat failed: %s", exc)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._interval()):
+            self._beat()
+            for peer in range(self.count):
+                if peer != self.index and self._peer_dead(peer):
+                    self._dead_peer = peer
+                    self._restart(f"process {peer} is dead")
+                    return
+
+    def _peer_dead(self, peer: int) -> bool:
+        now = time.monotonic()
+        try:
+            beat: Any = self.storage.read_json(
+                rundir.process_heartbeat_path(self.lease, peer)
+            )
+        except (FileNotFoundError, CorruptRecordError):
+            beat = None
+        except Exception:  # storage trouble is not a peer's death
+            return False
+        if isinstance(beat, dict) and beat.get("state") in ("failed", "restart"):
+            return True
+        mark = beat.get("seq") if isinstance(beat, dict) else None
+        seen = self._seen.get(peer)
+        if seen is None or seen[0] != mark:
+            self._seen[peer] = (mark, now)
+            return False
+        if isinstance(beat, dict) and beat.get("state") in ("completed", "stopped"):
+            return False
+        return now - seen[1] > self.options.peer_dead_after_seconds
+
+    def _restart(self, why: str) -> None:
+        """End this process now with RESTART (JAX's shutdown would wait on the dead)."""
+        message = (
+            f"process {self.index} of {self.count}: {why}; exiting with "
+            f"{exit_status.RESTART} (restart every process: they resume from "
+            f"the last committed step)"
+        )
+        self.events.emit("run.peer_lost", message, level="error", step=self._step)
+        print(message, file=sys.stderr, flush=True)
+        self._state = "restart"
+        self._beat()
+        logging.shutdown()
+        os._exit(exit_status.RESTART)
+
+
+def _is_collective_error(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return any(
+        mark in text
+        for mark in ("Gloo", "Connection closed by peer", "Connection reset by peer")
+    )
+
+
+def start(
+    storage: Storage,
+    options: DistributedOptions,
+    events: EventLog,
+    *,
+    cpu_devices: int,
+    prefer: str,
+) -> MultiHost | None:
+    """Start JAX's distributed runtime when asked (or the environment says so).
+
+    Returns:
+        This process's part, or None for a single-process run.
+
+    Raises:
+        ClusterError: incomplete settings, or a host-local run directory
+            with the processes on several machines.
+    """
+    cluster = jax_distributed.resolve(options)
+    if cluster is None:
+        return None
+    from colab_resume.backend import jax as jax_backend
+
+    if prefer in ("auto", "cpu"):
+        jax_backend.request_cpu_devices(cpu_devices)
+    # JAX's own heartbeat timeout aborts a process: ours must come first.
+    timeout = int(max(100.0, 4 * options.peer_dead_after_seconds))
+    facts = jax_distributed.start(cluster, heartbeat_timeout_seconds=timeout)
+    if storage.protocol in LOCAL_SCHEMES and not facts.same_machine:
+        raise jax_distributed.ClusterError(
+            f"run_dir {storage.url!r} is a host-local path, but the {facts.count} "
+            f"processes run on several machines: each would see its own copy. "
+            f"Use a bucket every host reaches, e.g. gs://BUCKET/runs/NAME."
+        )
+    events.emit(
+        "run.processes",
+        f"process {facts.index} of {facts.count} ({facts.local_devices} of "
+        f"{facts.global_devices} devices; settings from {cluster.source})",
+    )
+    return MultiHost(storage, facts, options, events)
+
+
+class FollowerSession:
+    """What a process other than 0 has instead of the lease: its own beat.
+
+    It holds no lease (process 0 does) and is never fenced on its own: a
+    newer slice fences process 0, whose commits are the only ones.
+    """
+
+    def __init__(self, host: MultiHost) -> None:
+        self.host = host
+
+    @property
+    def lease(self) -> int:
+        return self.host.lease
+
+    @property
+    def session_id(self) -> str:
+        return f"p{self.host.index}"
+
+    def update(self, **fields: Any) -> None:
+        if isinstance(fields.get("step"), int):
+            self.host._step = fields["step"]
+        if isinstance(fields.get("state"), str):
+            self.host._state = fields["state"]
+
+    def check(self) -> None:
+        """Never fenced on its own (see the class docstring)."""
+
+    def fence(self) -> None:
+        """Commits are process 0's; nothing of this process needs a fence."""
+
+    def complete(self, summary: dict[str, Any] | None = None) -> None:
+        self.host.ended("completed")
+
+    def close(self, state: str = "stopped", error: str | None = None) -> None:
+        self.host.ended(state)

@@ -1,0 +1,283 @@
+"""JAX's multi-process runtime: one process per host, one global device mesh.
+
+Keras 3's multi-host path is JAX (``keras.distribution`` over
+``jax.distributed``): the same script runs on every host, each process calls
+``jax.distributed.initialize`` once, and ``jax.devices()`` then lists every
+host's devices. :func:`resolve` finds the cluster from explicit arguments,
+Keras' ``KERAS_DISTRIBUTION_JOB_ADDRESSES`` / ``_NUM_PROCESSES`` /
+``_PROCESS_ID``, or a Cloud TPU pod slice (``TPU_WORKER_HOSTNAMES`` naming
+several hosts: JAX detects the rest itself); :func:`start` initialises it
+once per process.
+
+The small collectives the agent needs (agreeing on a number, sharing the
+lease, the preemption sync point) are here too, so nothing above the
+backend imports JAX. Nothing here imports JAX at module import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from colab_resume.validate import check_seconds
+
+KERAS_ADDRESSES = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
+KERAS_NUM_PROCESSES = "KERAS_DISTRIBUTION_NUM_PROCESSES"
+KERAS_PROCESS_ID = "KERAS_DISTRIBUTION_PROCESS_ID"
+TPU_HOSTS = "TPU_WORKER_HOSTNAMES"
+
+
+class ClusterError(ValueError):
+    """The multi-process settings are incomplete, or the processes disagree."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DistributedOptions:
+    """How (and whether) the agent starts JAX's multi-process runtime.
+
+    Attributes:
+        distributed: True: start it (from the arguments below, else the
+            environment); False: never; None: start it when the environment
+            describes several processes (the Keras variables, or a Cloud TPU
+            pod slice).
+        coordinator_address: ``host:port`` of process 0's coordinator.
+        num_processes: processes in the job.
+        process_id: this process's index, ``0 .. num_processes - 1``.
+        peer_dead_after_seconds: a peer whose per-process heartbeat has not
+            moved for this long is dead: the survivors exit with
+            ``exit_status.RESTART``.
+    """
+
+    distributed: bool | None = None
+    coordinator_address: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    peer_dead_after_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.distributed not in (None, True, False):
+            raise ValueError(
+                f"distributed must be True, False or None, got {self.distributed!r}."
+            )
+        check_seconds("peer_dead_after_seconds", self.peer_dead_after_seconds)
+        given = (self.coordinator_address, self.num_processes, self.process_id)
+        if any(v is not None for v in given) and None in given:
+            raise ValueError(
+                "coordinator_address, num_processes and process_id go together: "
+                f"got {given}. Pass all three, or none (then they come from "
+                f"{KERAS_ADDRESSES}, {KERAS_NUM_PROCESSES}, {KERAS_PROCESS_ID})."
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """What ``jax.distributed.initialize`` is called with (None: JAX detects it).
+
+    Attributes:
+        coordinator_address: process 0's ``host:port``.
+        num_processes: processes in the job.
+        process_id: this process's index.
+        source: where the settings came from, for messages.
+    """
+
+    coordinator_address: str | None
+    num_processes: int | None
+    process_id: int | None
+    source: str
+
+
+def resolve(
+    options: DistributedOptions, env: Mapping[str, str] | None = None
+) -> Cluster | None:
+    """The cluster this process belongs to, or None for a single process.
+
+    Raises:
+        ClusterError: a Keras variable is set but not the others, or bad.
+    """
+    environ = os.environ if env is None else env
+    if options.distributed is False:
+        return None
+    if options.coordinator_address is not None:
+        return Cluster(
+            options.coordinator_address,
+            options.num_processes,
+            options.process_id,
+            "the Agent's arguments",
+        )
+    keras_vars = (KERAS_ADDRESSES, KERAS_NUM_PROCESSES, KERAS_PROCESS_ID)
+    present = [name for name in keras_vars if environ.get(name)]
+    if present:
+        if len(present) != len(keras_vars):
+            missing = sorted(set(keras_vars) - set(present))
+            raise ClusterError(
+                f"{', '.join(present)} set but not {', '.join(missing)}: set all "
+                f"three on every host (as keras.distribution.initialize reads them)."
+            )
+        try:
+            count = int(environ[KERAS_NUM_PROCESSES])
+            index = int(environ[KERAS_PROCESS_ID])
+        except ValueError:
+            raise ClusterError(
+                f"{KERAS_NUM_PROCESSES} and {KERAS_PROCESS_ID} must be integers, "
+                f"got {environ[KERAS_NUM_PROCESSES]!r} and "
+                f"{environ[KERAS_PROCESS_ID]!r}."
+            ) from None
+        # Keras' convention: a comma-separated list, the first is process 0's.
+        address = environ[KERAS_ADDRESSES].split(",")[0].strip()
+        if count > 1 or options.distributed:
+            return Cluster(address, count, index, "the KERAS_DISTRIBUTION_* variables")
+        return None
+    hosts = [h for h in environ.get(TPU_HOSTS, "").split(",") if h.strip()]
+    if len(hosts) > 1 or (options.distributed and hosts):
+        return Cluster(None, None, None, f"Cloud TPU ({len(hosts)} hosts)")
+    if options.distributed:
+        raise ClusterError(
+            f"distributed=True but nothing says where the other processes are: "
+            f"pass coordinator_address=, num_processes= and process_id=, or set "
+            f"{KERAS_ADDRESSES}, {KERAS_NUM_PROCESSES} and {KERAS_PROCESS_ID}."
+        )
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """This process's place in the started job."""
+
+    index: int
+    count: int
+    local_devices: int
+    global_devices: int
+    same_machine: bool
+
+
+def start(cluster: Cluster, *, heartbeat_timeout_seconds: int) -> Facts:
+    """``jax.distributed.initialize`` once per process; what it joined.
+
+    CPU collectives go through gloo (JAX's CPU client has no others across
+    processes). ``heartbeat_timeout_seconds`` is JAX's own: the agent's peer
+    watch must fire before it, because JAX ends a process whose peer it
+    declared dead with an abort, not an exit status a launcher can read.
+    """
+    import jax
+
+    if not is_started():
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            cluster.coordinator_address,
+            cluster.num_processes,
+            cluster.process_id,
+            heartbeat_timeout_seconds=heartbeat_timeout_seconds,
+        )
+    host = zlib.crc32(socket.gethostname().encode())
+    hosts = allgather_ints([host])
+    return Facts(
+        index=jax.process_index(),
+        count=jax.process_count(),
+        local_devices=jax.local_device_count(),
+        global_devices=jax.device_count(),
+        same_machine=len({int(row[0]) for row in hosts}) == 1,
+    )
+
+
+def is_started() -> bool:
+    """True once ``jax.distributed.initialize`` ran in this process."""
+    import sys
+
+    if "jax" not in sys.modules:
+        return False
+    from jax._src import distributed
+
+    return distributed.global_state.client is not None
+
+
+def process_count() -> int:
+    """Processes in the job (1 unless the distributed runtime is started)."""
+    if not is_started():
+        return 1
+    import jax
+
+    return int(jax.process_count())
+
+
+def process_index() -> int:
+    """This process's index (0 unless the distributed runtime is started)."""
+    if not is_started():
+        return 0
+    import jax
+
+    return int(jax.process_index())
+
+
+def allgather_ints(values: list[int]) -> Any:
+    """Every process's ``values``: an int64 array of shape (processes, len)."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    local = np.asarray(values, dtype=np.int64).reshape(1, -1)
+    gathered = np.asarray(multihost_utils.process_allgather(local, tiled=True))
+    return gathered.reshape(process_count(), -1)
+
+
+def agree(what: str, value: int) -> int:
+    """``value``, checked equal on every process.
+
+    Raises:
+        ClusterError: the processes disagree; the message lists each one's.
+    """
+    if process_count() == 1:
+        return value
+    seen = [int(row[0]) for row in allgather_ints([value])]
+    if len(set(seen)) > 1:
+        each = ", ".join(f"process {k}: {v}" for k, v in enumerate(seen))
+        raise ClusterError(
+            f"the processes disagree on {what} ({each}). Every process must "
+            f"run the same code on its own shard of the same data, with the "
+            f"same steps_per_epoch and batch size."
+        )
+    return value
+
+
+def from_leader(value: int) -> int:
+    """Process 0's ``value`` on every process."""
+    if process_count() == 1:
+        return value
+    return int(allgather_ints([value])[0][0])
+
+
+def reached_sync_point(step: int) -> bool:
+    """True on every process at the same step once any was told to stop.
+
+    JAX's preemption sync service: a SIGTERM to any process (caught by
+    JAX's own notifier, which a Python SIGTERM handler would replace) makes
+    this true on all of them at one step.
+    """
+    if process_count() == 1:
+        return False
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.reached_preemption_sync_point(step))
+
+
+def local_rows(batch: Any, index: int, count: int) -> Any:
+    """This process's contiguous share of a global batch's rows.
+
+    Raises:
+        ClusterError: the batch does not split evenly over the processes.
+    """
+    import keras
+
+    def take(array: Any) -> Any:
+        rows = int(array.shape[0])
+        if rows % count:
+            raise ClusterError(
+                f"a global batch of {rows} rows cannot be split evenly over "
+                f"{count} processes: batch by a multiple of {count}."
+            )
+        share = rows // count
+        return array[index * share : (index + 1) * share]
+
+    return keras.tree.map_structure(take, batch)

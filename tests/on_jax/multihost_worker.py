@@ -1,0 +1,126 @@
+"""One process of a multi-process ``agent.fit`` on JAX's CPU runtime.
+
+    python tests/on_jax/multihost_worker.py RUN_DIR OUT_DIR --process K
+        --processes N --port P [--devices D] [--dead-after S] [--step-delay T]
+
+Every process of the job runs this with its own ``--process``; they meet
+at the coordinator on 127.0.0.1:P (process 0 serves it). Each process has
+D CPU devices; the model is a ``DataParallel`` over all N x D. It prints
+``STEP s`` after the agent's duties of each step (a test waits for these
+to kill a process during training), ``EXIT`` on a normal end, and writes
+OUT_DIR/weights.npz and OUT_DIR/result.json (process 0) once fit returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+EPOCHS = 3
+STEPS_PER_EPOCH = 6
+GLOBAL_BATCH = 8
+
+
+def make_dataset(epoch: int, skip: int = 0) -> list[tuple[object, object]]:
+    """Global batches; the agent feeds each process its own rows."""
+    import numpy as np
+
+    rng = np.random.default_rng(7 + epoch)
+    x = rng.normal(size=(STEPS_PER_EPOCH * GLOBAL_BATCH, 5)).astype("float32")
+    y = (x.sum(axis=1, keepdims=True) > 0).astype("float32")
+    return [
+        (
+            x[i * GLOBAL_BATCH : (i + 1) * GLOBAL_BATCH],
+            y[i * GLOBAL_BATCH : (i + 1) * GLOBAL_BATCH],
+        )
+        for i in range(skip, STEPS_PER_EPOCH)
+    ]
+
+
+def build_model() -> object:
+    import keras
+
+    model = keras.Sequential(
+        [
+            keras.Input((5,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dropout(0.25),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="binary_crossentropy")
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("run_dir")
+    parser.add_argument("out_dir")
+    parser.add_argument("--process", type=int, required=True)
+    parser.add_argument("--processes", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--dead-after", type=float, default=4.0)
+    parser.add_argument("--step-delay", type=float, default=0.0)
+    parser.add_argument("--steps-per-epoch", type=int, default=STEPS_PER_EPOCH)
+    args = parser.parse_args()
+    os.environ["KERAS_BACKEND"] = "jax"
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+    import keras
+
+    from colab_resume import Agent
+
+    keras.utils.set_random_seed(1234)
+    agent = Agent(
+        args.run_dir,
+        prefer="cpu",
+        cpu_replicas=args.devices,
+        save_every_steps=2,
+        heartbeat_seconds=1.0,
+        coordinator_address=f"127.0.0.1:{args.port}",
+        num_processes=args.processes,
+        process_id=args.process,
+        peer_dead_after_seconds=args.dead_after,
+    )
+
+    def on_step(step: int) -> None:
+        print(f"STEP {step}", flush=True)
+        if args.step_delay:
+            time.sleep(args.step_delay)
+
+    agent.on_step(on_step)
+    agent.fit(
+        build_model,
+        make_dataset,
+        epochs=EPOCHS,
+        steps_per_epoch=args.steps_per_epoch,
+        verbose=0,
+    )
+    import numpy as np
+
+    model = agent.model
+    values = [np.asarray(v.value) for v in model.variables]  # type: ignore[attr-defined]
+    values += [np.asarray(v.value) for v in model.optimizer.variables]  # type: ignore[attr-defined]
+    os.makedirs(args.out_dir, exist_ok=True)
+    np.savez(
+        os.path.join(args.out_dir, f"weights.p{args.process}.npz"),
+        *values,
+    )
+    restored = [e for e in agent.events.recent(200) if e.kind == "run.resumed_at"]
+    changed = [
+        e.message for e in agent.events.recent(200) if e.kind.startswith("runtime.")
+    ]
+    with open(os.path.join(args.out_dir, f"result.p{args.process}.json"), "w") as f:
+        json.dump(
+            {"resumed_at": restored[-1].step if restored else None, "changes": changed},
+            f,
+        )
+    print("EXIT", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Multi-process ``agent.fit`` on JAX's CPU runtime: real processes, real signals.
+
+Two processes x two CPU devices, gloo collectives, a coordinator on
+127.0.0.1 (tests/on_jax/multihost_worker.py). A process SIGKILLed during
+training makes the survivor exit RESTART within the peer bound, and the
+restarted pair ends bitwise equal to an uninterrupted run; a SIGTERM to one
+process makes both checkpoint at the same step through JAX's preemption
+sync point and exit PREEMPTED; a checkpoint missing one process's marker is
+never restored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from colab_resume import exit_status
+from colab_resume.checkpoint.restore import restore_latest
+from colab_resume.events import EventLog
+from colab_resume.protocol import rundir
+from colab_resume.storage import Storage
+
+WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOTAL_STEPS = 18  # the worker's 3 epochs x 6 steps
+DEAD_AFTER = 4.0
+pytestmark = pytest.mark.timeout(300)
+
+
+class Proc:
+    """One worker process, its stdout read line by line on a thread."""
+
+    def __init__(self, run_dir: str, out: str, k: int, port: int, *extra: str) -> None:
+        argv = [sys.executable, WORKER, run_dir, out, "--process", str(k)]
+        argv += [
+            "--processes",
+            "2",
+            "--port",
+            str(port),
+            "--dead-after",
+            str(DEAD_AFTER),
+        ]
+        env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND="jax")
+        self.proc = subprocess.Popen(
+            [*argv, *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.output: list[str] = []
+        self.steps: list[int] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+            if line.startswith("STEP "):
+                self.steps.append(int(line.split()[1]))
+                self.lines.put(line)
+
+    def wait_for_step(self, step: int, timeout: float = 120) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1)
+            except queue.Empty:
+                assert self.proc.poll() is None, self.text()
+                continue
+            if int(line.split()[1]) >= step:
+                return int(line.split()[1])
+        raise AssertionError(f"no STEP {step} in time:\n{self.text()}")
+
+    def wait(self, timeout: float = 120) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def text(self) -> str:
+        return "".join(self.output[-60:])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_pair(run_dir: str, out: str, *extra: str) -> tuple[Proc, Proc]:
+    port = free_port()
+    return Proc(run_dir, out, 0, port, *extra), Proc(run_dir, out, 1, port, *extra)
+
+
+def finish(pair: tuple[Proc, Proc]) -> None:
+    codes = [p.wait() for p in pair]
+    assert codes == [0, 0], pair[0].text() + "\n----\n" + pair[1].text()
+
+
+def weights(out: str, k: int) -> list[np.ndarray]:
+    with np.load(os.path.join(out, f"weights.p{k}.npz")) as data:
+        return [data[name] for name in data.files]
+
+
+def assert_bitwise(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """An uninterrupted 2 x 2 run: its run directory and outputs."""
+    base = tmp_path_factory.mktemp("reference")
+    run_dir, out = str(base / "run"), str(base / "out")
+    finish(run_pair(run_dir, out))
+    return run_dir, out
+
+
+def test_two_processes_fit_with_one_owner(reference: tuple[str, str]) -> None:
+    run_dir, out = reference
+    assert_bitwise(weights(out, 0), weights(out, 1))  # replicated, equal
+    assert os.path.exists(os.path.join(run_dir, rundir.DONE_RECORD))
+    assert os.listdir(os.path.join(run_dir, "lease")) == ["00000001.json"]
+    beats = sorted(os.listdir(os.path.join(run_dir, "heartbeat")))
+    assert beats == ["00000001.json", "00000001.p0.json", "00000001.p1.json"]
+    newest = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))[-1]
+    with open(os.path.join(run_dir, "checkpoints", newest, rundir.MANIFEST)) as f:
+        manifest = json.load(f)
+    assert manifest["processes"] == 2
+    assert [m["name"] for m in manifest["markers"]] == [
+        "PROCESS-0.json",
+        "PROCESS-1.json",
+    ]
+
+
+def test_sigkill_of_one_process_restart_is_bitwise(
+    reference: tuple[str, str], tmp_path: str
+) -> None:
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    target = random.Random().randint(4, TOTAL_STEPS - 6)
+    survivor, victim = run_pair(run_dir, out, "--step-delay", "0.15")
+    at = victim.wait_for_step(target)
+    victim.proc.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    assert victim.wait() == -signal.SIGKILL
+    assert survivor.wait(timeout=60) == exit_status.RESTART, survivor.text()
+    took = time.monotonic() - killed
+    # The kill landed during training: neither process reached the end.
+    assert at < TOTAL_STEPS and max(survivor.steps) < TOTAL_STEPS
+    assert took < 3 * DEAD_AFTER + 10, took
+    finish(run_pair(run_dir, out))
+    _, ref_out = reference
+    for k in (0, 1):
+        assert_bitwise(weights(out, k), weights(ref_out, k))
+    with open(os.path.join(out, "result.p0.json")) as f:
+        resumed = json.load(f)["resumed_at"]
+    assert resumed is not None and 0 < resumed <= at
+
+
+def test_sigterm_to_one_process_checkpoints_all_at_one_step(
+    reference: tuple[str, str], tmp_path: str
+) -> None:
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    target = random.Random().randint(3, TOTAL_STEPS - 6)
+    first, second = run_pair(run_dir, out, "--step-delay", "0.15")
+    signalled = first if random.Random().random() < 0.5 else second
+    signalled.wait_for_step(target)
+    signalled.proc.send_signal(signal.SIGTERM)
+    codes = [p.wait() for p in (first, second)]
+    assert codes == [exit_status.PREEMPTED] * 2, first.text() + second.text()
+    stops = []
+    for k in (0, 1):
+        with open(os.path.join(run_dir, rundir.process_heartbeat_path(1, k))) as f:
+            beat = json.load(f)
+        assert beat["state"] == "preempted"
+        stops.append(beat["step"])
+    assert stops[0] == stops[1] < TOTAL_STEPS
+    committed = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))[-1]
+    assert rundir.CheckpointName.parse(committed).step == stops[0]  # type: ignore[union-attr]
+    finish(run_pair(run_dir, out))
+    _, ref_out = reference
+    assert_bitwise(weights(out, 0), weights(ref_out, 0))
+    with open(os.path.join(out, "result.p0.json")) as f:
+        assert json.load(f)["resumed_at"] == stops[0]
+
+
+def test_checkpoint_missing_one_process_marker_is_never_restored(
+    reference: tuple[str, str], tmp_path: str
+) -> None:
+    run_dir = str(tmp_path / "run")  # type: ignore[operator]
+    shutil.copytree(reference[0], run_dir)
+    names = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+    newest, older = names[-1], names[-2]
+    os.remove(os.path.join(run_dir, "checkpoints", newest, "PROCESS-1.json"))
+    read: list[int] = []
+    os.makedirs(tmp_path / "scratch")  # type: ignore[operator]
+
+    def record(prefix: str, manifest: object) -> tuple[str, ...]:
+        read.append(manifest.step)  # type: ignore[attr-defined]
+        return ()
+
+    info = restore_latest(
+        Storage(run_dir),
+        read=record,
+        events=EventLog(),
+        scratch_dir=str(tmp_path / "scratch"),  # type: ignore[operator]
+        workers=1,
+        progress_seconds=60.0,
+    )
+    assert info is not None and info.name.dirname == older
+    assert [name for name, _ in info.skipped] == [newest]
+    assert "process(es) [1]" in info.skipped[0][1]
