@@ -192,3 +192,62 @@ def describe_principal(token: Any) -> str:
     if account:
         return str(account)
     return f"{type(token).__name__} credentials (see `gcloud auth list`)"
+
+
+DRIVE_SCOPES = ["https://www.googleapis.com/auth/drive"]
+HOW_TO_AUTHENTICATE_DRIVE = (
+    "In Colab run `import colab_resume as cr; cr.authenticate()` (Colab's "
+    "sign-in with Drive access). Elsewhere run `gcloud auth "
+    "application-default login --scopes=https://www.googleapis.com/auth/drive,"
+    "https://www.googleapis.com/auth/cloud-platform`, or pass "
+    "storage_options={'token': '/path/to/key.json'} with a service-account key "
+    "whose account the Drive folder is shared with (use "
+    "'gdrive://id:FOLDER_ID/...')."
+)
+
+
+def drive_credentials(token: Any) -> Any:
+    """google-auth credentials with Drive access for a ``gdrive://`` run directory.
+
+    Args:
+        token: ``storage_options["token"]``: google-auth credentials, the
+            path of a service-account key file, a raw OAuth access token,
+            or None for those of :func:`authenticate` or else the
+            application-default ones.
+
+    Raises:
+        NoCredentialsError: none could be found; the message says how to
+            get some.
+    """
+    if token is not None and not isinstance(token, str):
+        return token  # google-auth credentials
+    if isinstance(token, str) and os.path.exists(token):
+        from google.oauth2 import service_account
+
+        return service_account.Credentials.from_service_account_file(
+            token, scopes=DRIVE_SCOPES
+        )
+    if isinstance(token, str):
+        import google.oauth2.credentials
+
+        register_secret(token)
+        return google.oauth2.credentials.Credentials(token)  # type: ignore[no-untyped-call]
+    if _authenticated is not None and _has_drive_scope(_authenticated):
+        return _authenticated
+    import google.auth
+    import google.auth.exceptions
+
+    try:
+        credentials, _ = google.auth.default(scopes=DRIVE_SCOPES)
+    except google.auth.exceptions.DefaultCredentialsError as exc:
+        raise NoCredentialsError(
+            f"No Google credentials found for Google Drive ({exc}). "
+            + HOW_TO_AUTHENTICATE_DRIVE
+        ) from None
+    return credentials
+
+
+def _has_drive_scope(credentials: Any) -> bool:
+    scopes = getattr(credentials, "scopes", None) or ()
+    # Colab's user credentials carry no scope list but include Drive.
+    return not scopes or any("auth/drive" in scope for scope in scopes)

@@ -259,3 +259,5 @@ class Store(abc.ABC):
 
 
 GCS_PROTOCOLS = ("gs", "gcs")
+# Schemes served by a store of ours that no fsspec filesystem stands behind.
+DRIVE_PROTOCOLS = ("gdrive",)
