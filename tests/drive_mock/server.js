@@ -14,6 +14,9 @@
 //   PUT   /upload/drive/v2/files/:id?uploadType=media      replace it, If-Match: etag
 //
 // A create naming an id that exists is refused with 409, as Drive does.
+// POST /debug/corrupt-uploads?count=N (tests only, no such route on Drive)
+// makes the next N uploads store their bytes with one byte inverted: damage
+// in transit that only the MD5 Drive reports can reveal.
 // Everything else (generateIds, get, alt=media, list with q, delete, about)
 // is google-drive-mock's own. Run: node server.js PORT (NODE_PATH naming
 // the folder that holds google-drive-mock, express and cors).
@@ -28,6 +31,17 @@ const { toV3File, toV2File, applyFields } = require("google-drive-mock/dist/mapp
 
 const VALID_TOKENS = new Set(["valid-token", "another-valid-token"]);
 const sessions = new Map(); // upload_id -> {metadata, fileId, chunks, received, total}
+let corruptUploads = 0;
+
+// What an upload stores: its bytes, damaged while corrupt-uploads lasts.
+function arrived(content) {
+  const bytes = Buffer.from(content || []);
+  if (corruptUploads > 0 && bytes.length > 0) {
+    corruptUploads -= 1;
+    bytes[Math.floor(bytes.length / 2)] ^= 0xff;
+  }
+  return bytes;
+}
 
 function authorised(req, res) {
   const header = req.headers.authorization || "";
@@ -53,10 +67,10 @@ function createWith(metadata, content, res, fields) {
   }
   const file = driveStore.createFile({
     ...metadata,
+    content: arrived(content),
     name: metadata.name || "Untitled",
     mimeType: metadata.mimeType || "application/octet-stream",
     parents: metadata.parents || [],
-    content,
   });
   fileReply(res, file, fields);
 }
@@ -109,6 +123,11 @@ function main() {
   const app = express();
   const raw = express.raw({ type: () => true, limit: "1gb" });
 
+  app.post("/debug/corrupt-uploads", (req, res) => {
+    corruptUploads = Number(req.query.count || 1);
+    res.status(200).send("");
+  });
+
   app.post("/upload/drive/v3/files", raw, (req, res, next) => {
     if (!authorised(req, res)) return;
     const kind = req.query.uploadType;
@@ -127,7 +146,7 @@ function main() {
     const kind = req.query.uploadType;
     if (kind === "resumable") return startSession(req, res, req.params.fileId);
     if (kind !== "media") return next();
-    const file = driveStore.updateFile(req.params.fileId, { content: Buffer.from(req.body || []) });
+    const file = driveStore.updateFile(req.params.fileId, { content: arrived(req.body) });
     if (!file) {
       res.status(404).json({ error: { code: 404, message: "File not found" } });
       return;
@@ -166,7 +185,7 @@ function main() {
     sessions.delete(req.query.upload_id);
     const content = Buffer.concat(session.chunks);
     if (session.fileId) {
-      const file = driveStore.updateFile(session.fileId, { content });
+      const file = driveStore.updateFile(session.fileId, { content: arrived(content) });
       if (!file) {
         res.status(404).json({ error: { code: 404, message: "File not found" } });
         return;
