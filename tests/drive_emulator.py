@@ -76,3 +76,9 @@ class DriveEmulator:
             self.process.wait()
         self._log.close()
         self._dir.cleanup()
+
+
+def emulator_options(run_dir: str, endpoint: str) -> dict[str, str]:
+    """Storage options for a run directory on either emulator at ``endpoint``."""
+    token = TOKEN if run_dir.startswith("gdrive://") else "anon"
+    return {"token": token, "endpoint_url": endpoint}

@@ -43,7 +43,9 @@ of a folder's children are consistent for the same user in practice, not
 by a documented guarantee): two sessions started seconds apart on one new
 run directory are the only case that relies on it.
 
-**Clocks.** ``updated`` is the file's ``modifiedTime``, stamped by Drive;
+**Clocks.** ``updated`` is the file's ``modifiedTime``, stamped by Drive
+(for a created object: by a ``files.touch`` right after the index names
+it, so that it is never older than the object's visibility);
 :meth:`server_time` is the ``Date`` header of a Drive response: both come
 from Google's servers, never from this machine.
 
@@ -414,6 +416,13 @@ class DriveStore(Store):
         if self._update_index(claim, timeout).get(rel) != file_id:
             self.api.delete(file_id, timeout=timeout)  # lost the race: no orphan
             raise FileExistsError(f"{self.path(rel)} exists")
+        # The object became visible with the claim, after its upload stamped
+        # modifiedTime. The commit rule reads `updated` as "visible by then"
+        # (a manifest counts only if older than the next lease), so the
+        # file is touched (v2 files.touch: "the current server time"):
+        # modifiedTime now falls after the claim and before this call
+        # returns, as a GCS object's creation time does.
+        self.api.touch(file_id, timeout=timeout)
 
     def _forget(self, write_id: str, file_id: str, timeout: float | None) -> None:
         """Drop a damaged upload: the retry sends the bytes as a new file."""

@@ -187,6 +187,15 @@ class DriveApi:
         )
         return str(reply["id"])
 
+    def touch(self, file_id: str, *, timeout: float | None) -> None:
+        """Set modifiedTime to Drive's clock now (v2 ``files.touch``), no revision."""
+        self.call(
+            "POST",
+            f"/drive/v2/files/{file_id}/touch",
+            params={"fields": "modifiedDate", **ALL_DRIVES},
+            timeout=timeout,
+        )
+
     def delete(self, file_id: str, *, timeout: float | None) -> None:
         """Delete for good (``files.delete``: never the trash, which fills the quota)."""
         try:

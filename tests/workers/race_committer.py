@@ -41,7 +41,9 @@ def main() -> int:
     from colab_resume.heartbeat import RunSession, SessionOptions
     from colab_resume.storage import Storage
 
-    storage = Storage(args.run_dir, {"token": "anon", "endpoint_url": args.endpoint})
+    from drive_emulator import emulator_options
+
+    storage = Storage(args.run_dir, emulator_options(args.run_dir, args.endpoint))
     storage.check()  # warm the connection so racers start together
     wait_for_go(args.go)
     log = open(args.log, "a", buffering=1)
