@@ -35,7 +35,11 @@ def race_target(request) -> tuple[str, dict, str]:
     """(run_dir, storage options, endpoint) on the GCS or the Drive emulator."""
     if request.param == "gdrive":
         options = request.getfixturevalue("drive_options")
-        return request.getfixturevalue("drive_run_dir"), options, options["endpoint_url"]
+        return (
+            request.getfixturevalue("drive_run_dir"),
+            options,
+            options["endpoint_url"],
+        )
     options = request.getfixturevalue("gcs_options")
     return request.getfixturevalue("gcs_run_dir"), options, options["endpoint_url"]
 

@@ -23,8 +23,9 @@ TOTAL_STEPS = 36  # 3 epochs x 12 steps, a checkpoint every 5
 SAVE_EVERY = 5
 
 
-def train(run_dir: str, out: str, *args: str, endpoint: str | None = None,
-          expect_rc: int = 0) -> Result:
+def train(
+    run_dir: str, out: str, *args: str, endpoint: str | None = None, expect_rc: int = 0
+) -> Result:
     endpoint_args = ("--endpoint", endpoint) if endpoint else ()
     return run_worker(
         "agent_worker", run_dir, out, *args, *endpoint_args, expect_rc=expect_rc
@@ -58,7 +59,10 @@ def test_fit_killed_at_a_random_step_resumes_bitwise_from_drive(
     # From the newest checkpoint committed before the kill (a kill at a save
     # step lands while that one uploads: then the one before).
     newest = kill_at // SAVE_EVERY * SAVE_EVERY
-    assert steps_here(resumed) in (TOTAL_STEPS - newest, TOTAL_STEPS - newest + SAVE_EVERY)
+    assert steps_here(resumed) in (
+        TOTAL_STEPS - newest,
+        TOTAL_STEPS - newest + SAVE_EVERY,
+    )
     assert_same_bits(reference, out, must_contain=["seed_generator"])
     assert any("adam" in name.lower() for name in np.load(out).files)
 

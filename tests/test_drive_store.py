@@ -13,6 +13,7 @@ import threading
 import urllib.request
 
 import pytest
+from faultproxy import FaultMix, FaultProxy, path_contains
 
 from colab_resume.errors import (
     PermissionDeniedError,
@@ -23,7 +24,6 @@ from colab_resume.retry import RetryPolicy
 from colab_resume.storage import Storage, split_url
 from colab_resume.storage.drive import INDEX_NAME, DriveStore
 from colab_resume.storage.drive_api import FOLDER_MIME
-from faultproxy import FaultMix, FaultProxy, path_contains
 
 FAST = RetryPolicy(total_seconds=20.0, initial_seconds=0.01, max_seconds=0.05)
 
@@ -68,7 +68,9 @@ def test_concurrent_creates_from_separate_sessions_have_one_winner(
     def create(n: int) -> None:
         barrier.wait()
         try:
-            stores[n].write("lease/1.json", b"%d" % n, create_only=True, write_id=str(n))
+            stores[n].write(
+                "lease/1.json", b"%d" % n, create_only=True, write_id=str(n)
+            )
             won.append(n)
         except FileExistsError:
             lost.append(n)
@@ -81,8 +83,11 @@ def test_concurrent_creates_from_separate_sessions_have_one_winner(
     assert len(won) == 1 and len(lost) == 5, (won, lost)
     reader = open_store(drive_run_dir, drive_options)
     assert reader.read("lease/1.json") == b"%d" % won[0]
-    assert all(s._run_folder(create=False, timeout=10) == reader._run_folder(
-        create=False, timeout=10) for s in stores)
+    assert all(
+        s._run_folder(create=False, timeout=10)
+        == reader._run_folder(create=False, timeout=10)
+        for s in stores
+    )
     # The losers deleted their uploads: one file of that name remains.
     assert len(files_named(reader, "lease/1.json")) == 1
     assert len(files_named(reader, INDEX_NAME)) == 1
@@ -122,11 +127,17 @@ def test_duplicate_names_planted_by_hand_never_confuse_a_reader(
     folder = store._run_folder(create=False, timeout=10)
     assert folder is not None
     api = store.api
-    api.create({"name": "lease/1.json", "parents": [folder]}, b"planted", None, timeout=10)
-    api.create({"name": INDEX_NAME, "parents": [folder]}, b'{"files": {}}', None, timeout=10)
+    api.create(
+        {"name": "lease/1.json", "parents": [folder]}, b"planted", None, timeout=10
+    )
+    api.create(
+        {"name": INDEX_NAME, "parents": [folder]}, b'{"files": {}}', None, timeout=10
+    )
     parent = api.get(folder, "parents", timeout=10)["parents"][0]
     twin = api.create_folder("test", parent, timeout=10)
-    api.create({"name": INDEX_NAME, "parents": [twin]}, b'{"files": {}}', None, timeout=10)
+    api.create(
+        {"name": INDEX_NAME, "parents": [twin]}, b'{"files": {}}', None, timeout=10
+    )
     assert len(files_named(store, "lease/1.json")) == 2
 
     reader = open_store(drive_run_dir, drive_options)
@@ -162,7 +173,7 @@ def test_an_upload_damaged_in_transit_is_sent_again(
     corrupt_uploads(drive_emulator, 1)
     storage.put_file(str(source), "checkpoints/1/shard")
     assert retried == ["UploadChecksumError"]
-    storage.get_file(f"checkpoints/1/shard", str(tmp_path / "back"))
+    storage.get_file("checkpoints/1/shard", str(tmp_path / "back"))
     assert (tmp_path / "back").read_bytes() == payload
     assert len(files_named(storage.store, "checkpoints/1/shard")) == 1  # type: ignore[arg-type]
 
@@ -182,7 +193,9 @@ def test_bytes_that_never_arrive_intact_are_never_an_object(
     corrupt_uploads(drive_emulator, 10_000)
     try:
         with pytest.raises(StorageUnavailableError, match="did not arrive intact"):
-            storage.write_bytes("checkpoints/1/manifest.json", b'{"step": 1}', create_only=True)
+            storage.write_bytes(
+                "checkpoints/1/manifest.json", b'{"step": 1}', create_only=True
+            )
     finally:
         corrupt_uploads(drive_emulator, 0)
     assert storage.exists("checkpoints/1/manifest.json") is False
@@ -192,15 +205,23 @@ def test_bytes_that_never_arrive_intact_are_never_an_object(
 
 @pytest.mark.parametrize(
     "statuses, reason",
-    [((500, 502, 503), None), ((429,), None), ((403,), "userRateLimitExceeded"),
-     ((403,), "rateLimitExceeded")],
+    [
+        ((500, 502, 503), None),
+        ((429,), None),
+        ((403,), "userRateLimitExceeded"),
+        ((403,), "rateLimitExceeded"),
+    ],
     ids=["5xx", "429", "403-user-rate-limit", "403-rate-limit"],
 )
 def test_server_errors_and_rate_limits_are_retried(
     drive_run_dir, drive_options, proxy, tmp_path, statuses, reason
 ) -> None:
-    storage = Storage(drive_run_dir, {**drive_options, "endpoint_url": proxy.url}, retry=FAST)
-    proxy.set_mix(FaultMix(error_rate=0.15, statuses=statuses, error_reason=reason, seed=3))
+    storage = Storage(
+        drive_run_dir, {**drive_options, "endpoint_url": proxy.url}, retry=FAST
+    )
+    proxy.set_mix(
+        FaultMix(error_rate=0.15, statuses=statuses, error_reason=reason, seed=3)
+    )
     storage.write_bytes("lease/1.json", b"1", create_only=True)
     storage.write_bytes("heartbeat/1.json", b"beat")
     storage.write_bytes("heartbeat/1.json", b"beat 2")
@@ -209,7 +230,10 @@ def test_server_errors_and_rate_limits_are_retried(
     storage.put_file(str(source), "checkpoints/1/data")
     assert storage.read_bytes("heartbeat/1.json") == b"beat 2"
     assert sorted(item.path for item in storage.list("")) == [
-        "checkpoints/1/data", "heartbeat/1.json", "lease/1.json"]
+        "checkpoints/1/data",
+        "heartbeat/1.json",
+        "lease/1.json",
+    ]
     storage.delete("checkpoints/1/data")
     assert storage.exists("checkpoints/1/data") is False
     assert proxy.faults() >= 3
@@ -226,11 +250,17 @@ def test_server_errors_and_rate_limits_are_retried(
 def test_quota_and_permission_refusals_fail_at_once_with_the_fix(
     drive_run_dir, drive_options, proxy, reason, error, words
 ) -> None:
-    storage = Storage(drive_run_dir, {**drive_options, "endpoint_url": proxy.url}, retry=FAST)
+    storage = Storage(
+        drive_run_dir, {**drive_options, "endpoint_url": proxy.url}, retry=FAST
+    )
     storage.write_bytes("history/0.json", b"{}")
     proxy.set_mix(
-        FaultMix(error_rate=1.0, statuses=(403,), error_reason=reason,
-                 match=path_contains("/upload/"))
+        FaultMix(
+            error_rate=1.0,
+            statuses=(403,),
+            error_reason=reason,
+            match=path_contains("/upload/"),
+        )
     )
     with pytest.raises(error, match=words):
         storage.write_bytes("heartbeat/1.json", b"beat")

@@ -224,7 +224,7 @@ def drive_credentials(token: Any) -> Any:
     if isinstance(token, str) and os.path.exists(token):
         from google.oauth2 import service_account
 
-        return service_account.Credentials.from_service_account_file(
+        return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
             token, scopes=DRIVE_SCOPES
         )
     if isinstance(token, str):

@@ -56,11 +56,13 @@ still count against the owner's quota).
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from colab_resume.errors import (
@@ -125,7 +127,9 @@ class DriveStore(Store):
                 f"run_dir takes 'token' and 'endpoint_url'."
             )
         credentials = auth.drive_credentials(token)
-        self.principal = auth.describe_principal(token if token is not None else credentials)
+        self.principal = auth.describe_principal(
+            token if token is not None else credentials
+        )
         self.api = DriveApi(credentials, endpoint)
         self.base, self.segments = split_root(root)
         self._lock = threading.Lock()
@@ -165,27 +169,36 @@ class DriveStore(Store):
                 f"name = {_quote(name)} and {_quote(parent)} in parents and "
                 f"mimeType = '{FOLDER_MIME}' and trashed = false"
             )
-            found = self._settle(query, timeout, create, lambda: self.api.create_folder(
-                name, parent, timeout=timeout))  # noqa: B023  (called at once)
+            make = functools.partial(
+                self.api.create_folder, name, parent, timeout=timeout
+            )
+            found = self._settle(query, timeout, create, make)
             if found is None:
                 return None
             parent = found
-        index = self._settle(
-            f"name = '{INDEX_NAME}' and {_quote(parent)} in parents and trashed = false",
-            timeout,
-            create,
-            lambda: str(self.api.create(
-                {"name": INDEX_NAME, "parents": [parent], "mimeType": "application/json"},
-                _encode({}), None, timeout=timeout)["id"]),  # noqa: B023
-        )
+        query = f"name = '{INDEX_NAME}' and {_quote(parent)} in parents"
+        make = functools.partial(self._new_index, parent, timeout)
+        index = self._settle(f"{query} and trashed = false", timeout, create, make)
         if index is None:
             return None
         with self._lock:
             self._folder, self._index = parent, index
         return parent
 
+    def _new_index(self, folder: str, timeout: float | None) -> str:
+        metadata = {
+            "name": INDEX_NAME,
+            "parents": [folder],
+            "mimeType": "application/json",
+        }
+        return str(self.api.create(metadata, _encode({}), None, timeout=timeout)["id"])
+
     def _settle(
-        self, query: str, timeout: float | None, create: bool, make: Any
+        self,
+        query: str,
+        timeout: float | None,
+        create: bool,
+        make: Callable[[], str],
     ) -> str | None:
         """The id of the oldest file matching ``query``, made if there is none."""
         fields = "id,createdTime"
@@ -228,7 +241,9 @@ class DriveStore(Store):
             time.sleep(random.uniform(0.0, 0.05))  # lost a race: let it land
         raise DriveHttpError(503, "indexContended", "the run index kept changing")
 
-    def _lookup(self, rel: str, timeout: float | None, *, fresh: bool = False) -> str | None:
+    def _lookup(
+        self, rel: str, timeout: float | None, *, fresh: bool = False
+    ) -> str | None:
         if self._run_folder(create=False, timeout=timeout) is None:
             return None
         if not fresh:
@@ -259,7 +274,9 @@ class DriveStore(Store):
 
     def check(self, *, timeout: float | None = None) -> None:
         if self.base == "root":
-            self.api.call("GET", "/drive/v3/about", params={"fields": "kind"}, timeout=timeout)
+            self.api.call(
+                "GET", "/drive/v3/about", params={"fields": "kind"}, timeout=timeout
+            )
             return
         try:
             self.api.get(self.base, "id,mimeType", timeout=timeout)
@@ -275,7 +292,9 @@ class DriveStore(Store):
 
     def exists(self, rel: str, *, timeout: float | None = None) -> bool:
         try:
-            self._by_id(rel, timeout, lambda fid: self.api.get(fid, "id", timeout=timeout))
+            self._by_id(
+                rel, timeout, lambda fid: self.api.get(fid, "id", timeout=timeout)
+            )
         except FileNotFoundError:
             return False
         return True
@@ -286,7 +305,9 @@ class DriveStore(Store):
         first = None if max_bytes is None else max_bytes + 1
 
         def fetch(file_id: str) -> bytes:
-            with self.api.download(file_id, timeout=timeout, first_bytes=first) as response:
+            with self.api.download(
+                file_id, timeout=timeout, first_bytes=first
+            ) as response:
                 if response.status_code == 416:
                     return b""  # no range of an empty file
                 data = bytearray()
@@ -301,7 +322,9 @@ class DriveStore(Store):
 
     def info(self, rel: str, *, timeout: float | None = None) -> ObjectInfo:
         raw = self._by_id(
-            rel, timeout, lambda fid: self.api.get(fid, "id,size,modifiedTime", timeout=timeout)
+            rel,
+            timeout,
+            lambda fid: self.api.get(fid, "id,size,modifiedTime", timeout=timeout),
         )
         return ObjectInfo(rel, int(raw.get("size", 0)), parse_time(raw["modifiedTime"]))
 
@@ -324,7 +347,11 @@ class DriveStore(Store):
             timeout=timeout,
         )
         return [
-            ObjectInfo(wanted[raw["id"]], int(raw.get("size", 0)), parse_time(raw["modifiedTime"]))
+            ObjectInfo(
+                wanted[raw["id"]],
+                int(raw.get("size", 0)),
+                parse_time(raw["modifiedTime"]),
+            )
             for raw in files
             if raw["id"] in wanted
         ]
@@ -338,10 +365,16 @@ class DriveStore(Store):
         write_id: str,
         timeout: float | None = None,
     ) -> None:
-        self._write(rel, data, None, create_only=create_only, write_id=write_id, timeout=timeout)
+        self._write(
+            rel, data, None, create_only=create_only, write_id=write_id, timeout=timeout
+        )
 
-    def put_file(self, local_path: str, rel: str, *, timeout: float | None = None) -> None:
-        self._write(rel, None, local_path, create_only=False, write_id="", timeout=timeout)
+    def put_file(
+        self, local_path: str, rel: str, *, timeout: float | None = None
+    ) -> None:
+        self._write(
+            rel, None, local_path, create_only=False, write_id="", timeout=timeout
+        )
 
     def _write(
         self,
@@ -364,15 +397,21 @@ class DriveStore(Store):
                 except FileNotFoundError:  # deleted meanwhile: make it anew
                     with self._lock:
                         self._entries.pop(rel, None)
-        elif self._lookup(rel, timeout, fresh=True) not in (None, self._write_ids.get(write_id)):
+        elif self._lookup(rel, timeout, fresh=True) not in (
+            None,
+            self._write_ids.get(write_id),
+        ):
             raise FileExistsError(f"{self.path(rel)} exists")  # no upload to lose
         try:
             self._create(rel, data, local_path, folder, write_id, timeout)
         except FileExistsError:
             if create_only:
                 raise
-            self._by_id(rel, timeout, lambda fid: self.api.replace(
-                fid, data, local_path, timeout=timeout))
+            self._by_id(
+                rel,
+                timeout,
+                lambda fid: self.api.replace(fid, data, local_path, timeout=timeout),
+            )
 
     def _create(
         self,
@@ -402,10 +441,14 @@ class DriveStore(Store):
                 raise
             # An earlier attempt of this write made it; its answer was lost.
             # Its bytes were never checked: check them now.
-            theirs = self.api.get(file_id, "md5Checksum", timeout=timeout).get("md5Checksum")
+            theirs = self.api.get(file_id, "md5Checksum", timeout=timeout).get(
+                "md5Checksum"
+            )
             if theirs != _md5_of(data, local_path):
                 self._forget(write_id, file_id, timeout)
-                raise UploadChecksumError(f"an earlier upload of {rel} arrived damaged") from None
+                raise UploadChecksumError(
+                    f"an earlier upload of {rel} arrived damaged"
+                ) from None
 
         def claim(entries: dict[str, str]) -> dict[str, str] | None:
             if rel in entries:
@@ -430,12 +473,16 @@ class DriveStore(Store):
             self._write_ids.pop(write_id, None)
         self.api.delete(file_id, timeout=timeout)
 
-    def written_by(self, rel: str, write_id: str, *, timeout: float | None = None) -> bool:
+    def written_by(
+        self, rel: str, write_id: str, *, timeout: float | None = None
+    ) -> bool:
         with self._lock:
             mine = self._write_ids.get(write_id)
         return mine is not None and self._lookup(rel, timeout, fresh=True) == mine
 
-    def get_file(self, rel: str, local_path: str, *, timeout: float | None = None) -> None:
+    def get_file(
+        self, rel: str, local_path: str, *, timeout: float | None = None
+    ) -> None:
         self.get_file_checked(rel, local_path, timeout=timeout)
 
     def get_file_checked(
@@ -482,7 +529,9 @@ class DriveStore(Store):
 
             credentials.refresh(google.auth.transport.requests.Request())
         except Exception as exc:  # the retry will report the real fault
-            log.warning("storage: refreshing credentials failed: %s", type(exc).__name__)
+            log.warning(
+                "storage: refreshing credentials failed: %s", type(exc).__name__
+            )
 
     def explain(self, exc: OSError, operation: str) -> StorageError | None:
         if isinstance(exc, DriveHttpError) and exc.reason in QUOTA_FULL_REASONS:
@@ -501,7 +550,9 @@ class DriveStore(Store):
             )
         return None
 
-    def permission_denied(self, operation: str, exc: BaseException) -> PermissionDeniedError:
+    def permission_denied(
+        self, operation: str, exc: BaseException
+    ) -> PermissionDeniedError:
         return PermissionDeniedError(
             f"Permission denied to {operation} in {self.url} for {self.principal} "
             f"({redact(str(exc))}). Share the folder with that account as Editor, "

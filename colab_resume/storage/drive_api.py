@@ -102,7 +102,8 @@ class DriveApi:
 
         self.credentials = credentials
         self.endpoint = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
-        self.session = AuthorizedSession(credentials, refresh_status_codes=())
+        # google-auth ships no type hints.
+        self.session = AuthorizedSession(credentials, refresh_status_codes=())  # type: ignore[no-untyped-call]
         self.last_date: float | None = None  # the newest response's Date header
 
     def call(
@@ -116,7 +117,9 @@ class DriveApi:
     ) -> requests.Response:
         """One request; an error status raises (:func:`error_for`)."""
         url = path if path.startswith("http") else self.endpoint + path
-        response = self.session.request(method, url, timeout=_limit(timeout), **kwargs)
+        response: requests.Response = self.session.request(  # type: ignore[no-untyped-call]
+            method, url, timeout=_limit(timeout), **kwargs
+        )
         date = response.headers.get("Date")
         if date:
             self.last_date = email.utils.parsedate_to_datetime(date).timestamp()
@@ -141,7 +144,9 @@ class DriveApi:
         )
         return str(reply["ids"][0])
 
-    def get(self, file_id: str, fields: str, *, timeout: float | None) -> dict[str, Any]:
+    def get(
+        self, file_id: str, fields: str, *, timeout: float | None
+    ) -> dict[str, Any]:
         return self.json(
             "GET",
             f"/drive/v3/files/{file_id}",
@@ -159,7 +164,9 @@ class DriveApi:
         )
         return str(reply["etag"])
 
-    def children(self, query: str, fields: str, *, timeout: float | None) -> list[dict[str, Any]]:
+    def children(
+        self, query: str, fields: str, *, timeout: float | None
+    ) -> list[dict[str, Any]]:
         """Every file matching ``query`` (all pages)."""
         found: list[dict[str, Any]] = []
         params = {
@@ -197,7 +204,7 @@ class DriveApi:
         )
 
     def delete(self, file_id: str, *, timeout: float | None) -> None:
-        """Delete for good (``files.delete``: never the trash, which fills the quota)."""
+        """Delete for good (``files.delete``; the trash would still fill the quota)."""
         try:
             self.call(
                 "DELETE",
@@ -241,13 +248,22 @@ class DriveApi:
         timeout: float | None,
     ) -> dict[str, Any]:
         """Upload a new file (bytes or a local file); checked by MD5."""
-        return self._upload("POST", "/upload/drive/v3/files", metadata, data, path, timeout)
+        return self._upload(
+            "POST", "/upload/drive/v3/files", metadata, data, path, timeout
+        )
 
     def replace(
-        self, file_id: str, data: bytes | None, path: str | None, *, timeout: float | None
+        self,
+        file_id: str,
+        data: bytes | None,
+        path: str | None,
+        *,
+        timeout: float | None,
     ) -> dict[str, Any]:
         """Replace a file's content (a new revision; metadata kept); checked by MD5."""
-        return self._upload("PATCH", f"/upload/drive/v3/files/{file_id}", None, data, path, timeout)
+        return self._upload(
+            "PATCH", f"/upload/drive/v3/files/{file_id}", None, data, path, timeout
+        )
 
     def replace_if_match(
         self, file_id: str, data: bytes, etag: str, *, timeout: float | None
@@ -285,7 +301,9 @@ class DriveApi:
         params = {"fields": "id,md5Checksum,size", **ALL_DRIVES}
         size = len(data) if data is not None else os.path.getsize(str(path))
         if size > MULTIPART_LIMIT and path is not None:
-            reply, md5 = self._resumable(method, url, metadata, path, size, params, timeout)
+            reply, md5 = self._resumable(
+                method, url, metadata, path, size, params, timeout
+            )
         else:
             if data is None:
                 with open(str(path), "rb") as handle:
@@ -293,8 +311,12 @@ class DriveApi:
             md5 = hashlib.md5(data).hexdigest()
             if metadata is None:
                 reply = self.json(
-                    method, url, params={"uploadType": "media", **params}, data=data,
-                    headers={"Content-Type": "application/octet-stream"}, timeout=timeout,
+                    method,
+                    url,
+                    params={"uploadType": "media", **params},
+                    data=data,
+                    headers={"Content-Type": "application/octet-stream"},
+                    timeout=timeout,
                 )
             else:
                 boundary = uuid.uuid4().hex
@@ -310,7 +332,10 @@ class DriveApi:
                     ]
                 )
                 reply = self.json(
-                    method, url, params={"uploadType": "multipart", **params}, data=body,
+                    method,
+                    url,
+                    params={"uploadType": "multipart", **params},
+                    data=body,
                     headers={"Content-Type": f"multipart/related; boundary={boundary}"},
                     timeout=timeout,
                 )
@@ -333,7 +358,9 @@ class DriveApi:
         (simple, and a shard is one chunk or a few).
         """
         start = self.call(
-            method, url, params={"uploadType": "resumable", **params},
+            method,
+            url,
+            params={"uploadType": "resumable", **params},
             json=metadata or {},
             headers={"X-Upload-Content-Length": str(size)},
             timeout=timeout,
@@ -345,7 +372,10 @@ class DriveApi:
             md5.update(chunk)
             last = offset + len(chunk) - 1
             response = self.call(
-                "PUT", session_url, data=chunk, ok=(200, 201, 308),
+                "PUT",
+                session_url,
+                data=chunk,
+                ok=(200, 201, 308),
                 headers={"Content-Range": f"bytes {offset}-{last}/{size}"},
                 timeout=timeout,
             )
