@@ -1,4 +1,4 @@
-"""Google credentials for ``gs://`` run directories.
+"""Google credentials for ``gs://`` and ``gdrive://`` run directories.
 
 Order of preference: credentials given explicitly (``storage_options``
 ``token=``), those set up by :func:`authenticate`, a storage emulator
@@ -43,11 +43,13 @@ def in_colab() -> bool:
 
 
 def authenticate(project: str | None = None) -> Any:
-    """Obtain Google credentials for GCS and make them the default.
+    """Obtain Google credentials for GCS and Drive and make them the default.
 
     In Colab this shows Colab's sign-in prompt
-    (``google.colab.auth.authenticate_user``); elsewhere it loads
-    application-default credentials.
+    (``google.colab.auth.authenticate_user``, which grants Drive access
+    too); elsewhere it loads application-default credentials. Either way
+    they are asked for with the Cloud Storage and the Drive scope, so
+    ``gs://`` and ``gdrive://`` run directories both work with them.
 
     Args:
         project: the GCP project to bill; defaults to the credentials' own.
@@ -64,7 +66,7 @@ def authenticate(project: str | None = None) -> Any:
         from google.colab import auth as colab_auth
 
         colab_auth.authenticate_user(project_id=project)
-    credentials, default_project = _default_credentials()
+    credentials, default_project = _default_credentials(GCS_SCOPES + DRIVE_SCOPES)
     _authenticated = credentials
     log.info(
         "authenticated as %s (project %s)",
@@ -74,14 +76,15 @@ def authenticate(project: str | None = None) -> Any:
     return credentials
 
 
-def _default_credentials() -> tuple[Any, str | None]:
+GCS_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
+
+
+def _default_credentials(scopes: list[str] | None = None) -> tuple[Any, str | None]:
     import google.auth
     import google.auth.exceptions
 
     try:
-        return google.auth.default(
-            scopes=["https://www.googleapis.com/auth/devstorage.read_write"]
-        )
+        return google.auth.default(scopes=scopes or GCS_SCOPES)
     except google.auth.exceptions.DefaultCredentialsError as exc:
         raise NoCredentialsError(
             f"No Google credentials found for Cloud Storage ({exc}). "
@@ -234,6 +237,17 @@ def drive_credentials(token: Any) -> Any:
         return google.oauth2.credentials.Credentials(token)  # type: ignore[no-untyped-call]
     if _authenticated is not None and _has_drive_scope(_authenticated):
         return _authenticated
+    platform = no_drive_user_auth()
+    if platform is not None:
+        raise NoCredentialsError(
+            f"{platform} offers no Google Drive sign-in (neither drive.mount nor "
+            f"Drive access for authenticate_user), so a gdrive:// run_dir needs "
+            f"storage_options={{'token': '/path/to/key.json'}}: a service-account "
+            f"key whose account the folder is shared with "
+            f"('gdrive://id:FOLDER_ID/...'). Or use a Cloud Storage run_dir "
+            f"('gs://BUCKET/runs/NAME'), which works there with the platform's "
+            f"own credentials."
+        )
     import google.auth
     import google.auth.exceptions
 
@@ -251,3 +265,16 @@ def _has_drive_scope(credentials: Any) -> bool:
     scopes = getattr(credentials, "scopes", None) or ()
     # Colab's user credentials carry no scope list but include Drive.
     return not scopes or any("auth/drive" in scope for scope in scopes)
+
+
+def no_drive_user_auth() -> str | None:
+    """The platform's name where Drive user sign-in is unavailable, else None.
+
+    Kaggle sets ``KAGGLE_KERNEL_RUN_TYPE``; Colab Enterprise (Vertex AI)
+    sets ``VERTEX_PRODUCT=COLAB_ENTERPRISE``.
+    """
+    if os.environ.get("KAGGLE_KERNEL_RUN_TYPE"):
+        return "Kaggle"
+    if os.environ.get("VERTEX_PRODUCT") == "COLAB_ENTERPRISE":
+        return "Colab Enterprise"
+    return None

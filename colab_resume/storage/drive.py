@@ -65,8 +65,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume import defaults
 from colab_resume.errors import (
     BucketNotFoundError,
+    NoCredentialsError,
     PermissionDeniedError,
     StorageError,
     StorageFullError,
@@ -114,6 +116,8 @@ def _winner(found: list[dict[str, Any]]) -> dict[str, Any] | None:
 class DriveStore(Store):
     """A run directory in Google Drive; see the module docstring."""
 
+    heartbeat_seconds = defaults.DRIVE_HEARTBEAT_SECONDS
+
     def __init__(
         self, url: str, protocol: str, root: str, storage_options: dict[str, Any]
     ) -> None:
@@ -126,7 +130,18 @@ class DriveStore(Store):
                 f"Unknown storage_options for {url}: {sorted(options)}; a gdrive:// "
                 f"run_dir takes 'token' and 'endpoint_url'."
             )
-        credentials = auth.drive_credentials(token)
+        try:
+            credentials = auth.drive_credentials(token)
+        except NoCredentialsError as exc:
+            if url.startswith(f"{protocol}://"):
+                raise
+            # A path on the Drive mount, routed here (storage.drivefs).
+            raise NoCredentialsError(
+                f"run_dir {url!r} is on the Google Drive mount, which colab_resume "
+                f"does not trust (writes are cached and synced late or never), so "
+                f"it uses the same folder through the Drive API, for which it "
+                f"needs credentials: {exc}"
+            ) from None
         self.principal = auth.describe_principal(
             token if token is not None else credentials
         )
