@@ -10,7 +10,7 @@ URLs::
 
 Storage options: ``token`` (credentials, a key file, or a raw access token;
 see :func:`colab_resume.storage.auth.drive_credentials`) and
-``endpoint_url`` (an emulator).
+``endpoint_url`` (an emulator; else ``DRIVE_EMULATOR_HOST`` if set).
 
 **Layout.** The run directory is one Drive folder. Its objects are plain
 files directly inside it, each named by its path relative to the run
@@ -59,6 +59,7 @@ import datetime
 import functools
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -124,7 +125,10 @@ class DriveStore(Store):
         super().__init__(url, protocol, root, storage_options)
         options = dict(storage_options)
         token = options.pop("token", None)
-        endpoint = options.pop("endpoint_url", None)
+        endpoint = options.pop("endpoint_url", None) or os.environ.get(
+            "DRIVE_EMULATOR_HOST"
+        )
+        options.pop("project", None)  # a Cloud project means nothing to Drive
         if options:
             raise UnsupportedURLError(
                 f"Unknown storage_options for {url}: {sorted(options)}; a gdrive:// "
