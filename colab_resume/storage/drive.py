@@ -55,15 +55,9 @@ still count against the owner's quota).
 
 from __future__ import annotations
 
-import datetime
-import functools
-import json
 import logging
 import os
-import random
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 from colab_resume import defaults
@@ -80,38 +74,17 @@ from colab_resume.storage import auth
 from colab_resume.storage.backend import ObjectInfo, Store
 from colab_resume.storage.checksum import StreamingCrc32c
 from colab_resume.storage.drive_api import (
-    FOLDER_MIME,
     QUOTA_FULL_REASONS,
     UPLOAD_CAP_REASONS,
     DriveApi,
     DriveHttpError,
     UploadChecksumError,
 )
+from colab_resume.storage.drive_folder import RunFolder, parse_time, quote
 
 log = logging.getLogger(__name__)
 
-INDEX_NAME = ".colab-resume-index.json"
 _CHUNK = 1 << 20
-# Conditional index updates lost to other writers before giving up (each
-# loss means another write landed: progress, not a fault).
-_MAX_INDEX_RACES = 200
-
-
-def parse_time(text: str) -> float:
-    """An RFC 3339 time as Drive writes it, in epoch seconds."""
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def _quote(name: str) -> str:
-    """A string literal of Drive's query language."""
-    return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _winner(found: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The one of several same-named files every reader picks."""
-    if not found:
-        return None
-    return min(found, key=lambda item: (parse_time(item["createdTime"]), item["id"]))
 
 
 class DriveStore(Store):
@@ -151,11 +124,8 @@ class DriveStore(Store):
         )
         self.api = DriveApi(credentials, endpoint)
         self.base, self.segments = split_root(root)
+        self.folder = RunFolder(self.api, url, self.base, self.segments)
         self._lock = threading.Lock()
-        self._resolving = threading.Lock()
-        self._folder: str | None = None
-        self._index: str | None = None
-        self._entries: dict[str, str] = {}  # path -> file id, as last read
         self._write_ids: dict[str, str] = {}  # write_id -> the id its file gets
 
     @classmethod
@@ -170,107 +140,19 @@ class DriveStore(Store):
     def path(self, rel: str) -> str:
         return f"{self.url.rstrip('/')}/{rel}" if rel else self.url
 
-    # --- the run folder and its index ---------------------------------------
+    # --- the run folder and its index (storage.drive_folder) ----------------
+
+    @property
+    def _index(self) -> str | None:
+        return self.folder.index_id
 
     def _run_folder(self, *, create: bool, timeout: float | None) -> str | None:
-        """The run folder's id; None if it does not exist and ``create`` is false."""
-        if self._folder is not None:
-            return self._folder
-        with self._resolving:  # one resolution per store, not one per thread
-            if self._folder is not None:
-                return self._folder
-            return self._resolve(create=create, timeout=timeout)
-
-    def _resolve(self, *, create: bool, timeout: float | None) -> str | None:
-        parent = self.base
-        for name in self.segments:
-            query = (
-                f"name = {_quote(name)} and {_quote(parent)} in parents and "
-                f"mimeType = '{FOLDER_MIME}' and trashed = false"
-            )
-            make = functools.partial(
-                self.api.create_folder, name, parent, timeout=timeout
-            )
-            found = self._settle(query, timeout, create, make)
-            if found is None:
-                return None
-            parent = found
-        query = f"name = '{INDEX_NAME}' and {_quote(parent)} in parents"
-        make = functools.partial(self._new_index, parent, timeout)
-        index = self._settle(f"{query} and trashed = false", timeout, create, make)
-        if index is None:
-            return None
-        with self._lock:
-            self._folder, self._index = parent, index
-        return parent
-
-    def _new_index(self, folder: str, timeout: float | None) -> str:
-        metadata = {
-            "name": INDEX_NAME,
-            "parents": [folder],
-            "mimeType": "application/json",
-        }
-        return str(self.api.create(metadata, _encode({}), None, timeout=timeout)["id"])
-
-    def _settle(
-        self,
-        query: str,
-        timeout: float | None,
-        create: bool,
-        make: Callable[[], str],
-    ) -> str | None:
-        """The id of the oldest file matching ``query``, made if there is none."""
-        fields = "id,createdTime"
-        chosen = _winner(self.api.children(query, fields, timeout=timeout))
-        if chosen is not None:
-            return str(chosen["id"])
-        if not create:
-            return None
-        mine = make()
-        chosen = _winner(self.api.children(query, fields, timeout=timeout))
-        winner = str(chosen["id"]) if chosen is not None else mine
-        if winner != mine:
-            log.info("storage: another session created %s first; using it", self.url)
-            self.api.delete(mine, timeout=timeout)  # ours: still empty
-        return winner
-
-    def _read_index(self, timeout: float | None) -> dict[str, str]:
-        assert self._index is not None
-        with self.api.download(self._index, timeout=timeout) as response:
-            entries = _decode(response.content)
-        with self._lock:
-            self._entries = dict(entries)
-        return entries
-
-    def _update_index(self, change: Any, timeout: float | None) -> dict[str, str]:
-        """Apply ``change(entries) -> entries or None`` under If-Match; the result."""
-        assert self._index is not None
-        for _ in range(_MAX_INDEX_RACES):
-            etag = self.api.etag(self._index, timeout=timeout)
-            entries = self._read_index(timeout)
-            changed = change(dict(entries))
-            if changed is None:
-                return entries
-            if self.api.replace_if_match(
-                self._index, _encode(changed), etag, timeout=timeout
-            ):
-                with self._lock:
-                    self._entries = dict(changed)
-                return dict(changed)
-            time.sleep(random.uniform(0.0, 0.05))  # lost a race: let it land
-        raise DriveHttpError(503, "indexContended", "the run index kept changing")
+        return self.folder.resolve(create=create, timeout=timeout)
 
     def _lookup(
         self, rel: str, timeout: float | None, *, fresh: bool = False
     ) -> str | None:
-        if self._run_folder(create=False, timeout=timeout) is None:
-            return None
-        if not fresh:
-            with self._lock:
-                known = self._entries.get(rel)
-            if known is not None:
-                return known
-        return self._read_index(timeout).get(rel)
+        return self.folder.lookup(rel, timeout, fresh=fresh)
 
     def _by_id(self, rel: str, timeout: float | None, use: Any) -> Any:
         """``use(file_id)`` for the file of ``rel``; FileNotFoundError if none.
@@ -351,7 +233,7 @@ class DriveStore(Store):
         folder = self._run_folder(create=False, timeout=timeout)
         if folder is None:
             return []
-        entries = self._read_index(timeout)
+        entries = self.folder.read(timeout)
         stem = prefix.strip("/")
         wanted = {
             file_id: rel
@@ -361,7 +243,7 @@ class DriveStore(Store):
         if not wanted:
             return []
         files = self.api.children(
-            f"{_quote(folder)} in parents and trashed = false",
+            f"{quote(folder)} in parents and trashed = false",
             "id,size,modifiedTime",
             timeout=timeout,
         )
@@ -414,8 +296,7 @@ class DriveStore(Store):
                     self.api.replace(file_id, data, local_path, timeout=timeout)
                     return
                 except FileNotFoundError:  # deleted meanwhile: make it anew
-                    with self._lock:
-                        self._entries.pop(rel, None)
+                    self.folder.forget(rel)
         elif self._lookup(rel, timeout, fresh=True) not in (
             None,
             self._write_ids.get(write_id),
@@ -475,7 +356,7 @@ class DriveStore(Store):
             entries[rel] = file_id
             return entries
 
-        if self._update_index(claim, timeout).get(rel) != file_id:
+        if self.folder.update(claim, timeout).get(rel) != file_id:
             self.api.delete(file_id, timeout=timeout)  # lost the race: no orphan
             raise FileExistsError(f"{self.path(rel)} exists")
         # The object became visible with the claim, after its upload stamped
@@ -532,7 +413,7 @@ class DriveStore(Store):
 
         # The index first: a crash between the two leaves an unnamed file
         # (quota, no confusion), never a name whose file is gone.
-        self._update_index(drop, timeout)
+        self.folder.update(drop, timeout)
         self.api.delete(file_id, timeout=timeout)
 
     # --- faults ------------------------------------------------------------
@@ -588,16 +469,6 @@ def split_root(root: str) -> tuple[str, list[str]]:
             raise UnsupportedURLError(f"gdrive://{root} has an empty folder id")
         return base, parts[1:]
     return "root", parts
-
-
-def _encode(entries: dict[str, str]) -> bytes:
-    return json.dumps({"format": 1, "files": entries}, sort_keys=True).encode()
-
-
-def _decode(data: bytes) -> dict[str, str]:
-    value = json.loads(data.decode("utf-8")) if data else {}
-    files = value.get("files", {}) if isinstance(value, dict) else {}
-    return {str(rel): str(file_id) for rel, file_id in files.items()}
 
 
 def _md5_of(data: bytes | None, local_path: str | None) -> str:
