@@ -129,8 +129,29 @@ class RunFolder:
         winner = str(chosen["id"]) if chosen is not None else mine
         if winner != mine:
             log.info("storage: another session created %s first; using it", self.url)
-            self.api.delete(mine, timeout=timeout)  # ours: still empty
+            if self._unused(mine, timeout):
+                self.api.delete(mine, timeout=timeout)
         return winner
+
+    def _unused(self, file_id: str, timeout: float | None) -> bool:
+        """Whether a losing copy is still as made: no children, an empty index.
+
+        Someone who listed before the winner showed up may have taken ours;
+        then it stays (a reader takes the winner, and ours is only quota).
+        """
+        query = f"{quote(file_id)} in parents and trashed = false"
+        if self.api.children(query, "id", timeout=timeout):
+            return False
+        if self.api.get(file_id, "mimeType", timeout=timeout).get("mimeType") == (
+            FOLDER_MIME
+        ):
+            return True
+        with self.api.download(file_id, timeout=timeout) as response:
+            content = response.content if response.status_code != 416 else b""
+        try:
+            return not _decode(content)
+        except ValueError:
+            return False  # not an index we wrote: leave it
 
     def read(self, timeout: float | None) -> dict[str, str]:
         assert self.index_id is not None
