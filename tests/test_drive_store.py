@@ -34,17 +34,18 @@ def open_store(url: str, options: dict) -> DriveStore:
     return DriveStore(url, protocol, root, dict(options))
 
 
-def files_named(store: DriveStore, name: str) -> list[dict]:
-    """Every file of that name in the run folder, as Drive lists it."""
+def all_files(store: DriveStore) -> list[dict]:
+    """Every file in the run folder, as Drive lists it (index or not)."""
     folder = store._run_folder(create=False, timeout=10)
     assert folder is not None
-    return [
-        raw
-        for raw in store.api.children(
-            f"'{folder}' in parents and trashed = false", "id,name", timeout=10
-        )
-        if raw["name"] == name
-    ]
+    return store.api.children(
+        f"'{folder}' in parents and trashed = false", "id,name", timeout=10
+    )
+
+
+def files_named(store: DriveStore, name: str) -> list[dict]:
+    """Every file of that name in the run folder."""
+    return [raw for raw in all_files(store) if raw["name"] == name]
 
 
 @pytest.fixture
@@ -205,24 +206,27 @@ def test_bytes_that_never_arrive_intact_are_never_an_object(
 
 
 @pytest.mark.parametrize(
-    "statuses, reason",
+    "mix",
     [
-        ((500, 502, 503), None),
-        ((429,), None),
-        ((403,), "userRateLimitExceeded"),
-        ((403,), "rateLimitExceeded"),
+        FaultMix(error_rate=0.15, statuses=(500, 502, 503), seed=3),
+        FaultMix(error_rate=0.15, statuses=(429,), seed=3),
+        FaultMix(
+            error_rate=0.15, statuses=(403,), error_reason="userRateLimitExceeded"
+        ),
+        FaultMix(error_rate=0.15, statuses=(403,), error_reason="rateLimitExceeded"),
+        FaultMix(reset_rate=0.1, seed=5),
+        FaultMix(truncate_rate=0.1, seed=7),
     ],
-    ids=["5xx", "429", "403-user-rate-limit", "403-rate-limit"],
+    ids=["5xx", "429", "403-user-rate-limit", "403-rate-limit", "reset", "truncated"],
 )
-def test_server_errors_and_rate_limits_are_retried(
-    drive_run_dir, drive_options, proxy, tmp_path, statuses, reason
+def test_server_errors_rate_limits_and_broken_connections_are_retried(
+    drive_run_dir, drive_options, proxy, tmp_path, mix
 ) -> None:
+    """Every primitive under faults on the wire still does exactly its work."""
     storage = Storage(
         drive_run_dir, {**drive_options, "endpoint_url": proxy.url}, retry=FAST
     )
-    proxy.set_mix(
-        FaultMix(error_rate=0.15, statuses=statuses, error_reason=reason, seed=3)
-    )
+    proxy.set_mix(mix)
     storage.write_bytes("lease/1.json", b"1", create_only=True)
     storage.write_bytes("heartbeat/1.json", b"beat")
     storage.write_bytes("heartbeat/1.json", b"beat 2")
@@ -238,6 +242,10 @@ def test_server_errors_and_rate_limits_are_retried(
     storage.delete("checkpoints/1/data")
     assert storage.exists("checkpoints/1/data") is False
     assert proxy.faults() >= 3
+    # No file left behind by a retried step (an upload, a delete).
+    proxy.set_mix(FaultMix())
+    names = sorted(raw["name"] for raw in all_files(storage.store))  # type: ignore[arg-type]
+    assert names == [INDEX_NAME, "heartbeat/1.json", "lease/1.json"]
 
 
 @pytest.mark.parametrize(

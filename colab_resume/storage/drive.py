@@ -127,6 +127,7 @@ class DriveStore(Store):
         self.folder = RunFolder(self.api, url, self.base, self.segments)
         self._lock = threading.Lock()
         self._write_ids: dict[str, str] = {}  # write_id -> the id its file gets
+        self._unnamed: dict[str, str] = {}  # path -> id dropped from the index
 
     @classmethod
     def validate_url(cls, url: str, root: str) -> None:
@@ -273,9 +274,15 @@ class DriveStore(Store):
     def put_file(
         self, local_path: str, rel: str, *, timeout: float | None = None
     ) -> None:
+        # One id for every attempt at making this object (Storage retries
+        # call again without an id): a retry meets its own upload (409),
+        # instead of leaving it unnamed.
+        write_id = f"upload:{rel}"
         self._write(
-            rel, None, local_path, create_only=False, write_id="", timeout=timeout
+            rel, None, local_path, create_only=False, write_id=write_id, timeout=timeout
         )
+        with self._lock:
+            self._write_ids.pop(write_id, None)
 
     def _write(
         self,
@@ -402,19 +409,27 @@ class DriveStore(Store):
 
     def delete(self, rel: str, *, timeout: float | None = None) -> None:
         file_id = self._lookup(rel, timeout, fresh=True)
-        if file_id is None:
-            return
+        if file_id is not None:
 
-        def drop(entries: dict[str, str]) -> dict[str, str] | None:
-            if entries.get(rel) != file_id:
-                return None
-            del entries[rel]
-            return entries
+            def drop(entries: dict[str, str]) -> dict[str, str] | None:
+                if entries.get(rel) != file_id:
+                    return None
+                del entries[rel]
+                return entries
 
-        # The index first: a crash between the two leaves an unnamed file
-        # (quota, no confusion), never a name whose file is gone.
-        self.folder.update(drop, timeout)
-        self.api.delete(file_id, timeout=timeout)
+            # The index first: a crash between the two leaves an unnamed
+            # file (quota, no confusion), never a name whose file is gone.
+            with self._lock:
+                self._unnamed[rel] = file_id
+            self.folder.update(drop, timeout)
+        # A retry after a lost answer finds the name gone from the index:
+        # the id kept from the first attempt still deletes the file.
+        with self._lock:
+            unnamed = self._unnamed.get(rel)
+        if unnamed is not None:
+            self.api.delete(unnamed, timeout=timeout)
+            with self._lock:
+                self._unnamed.pop(rel, None)
 
     # --- faults ------------------------------------------------------------
 
