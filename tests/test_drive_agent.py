@@ -4,7 +4,8 @@ A real training process (tests/workers/agent_worker.py: Keras on
 TensorFlow, 2 CPU replicas, op determinism) is SIGKILLed at a random step,
 and a second one resumes from Drive: its variables must equal an
 uninterrupted run's bit for bit. Then the CLI answers about that run
-(``status``, ``ls``, ``prune``) in a process of its own, as from a laptop.
+(``status``, ``ls``, ``report``, ``prune``) in a process of its own, as
+from a laptop.
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ def test_fit_killed_at_a_random_step_resumes_bitwise_from_drive(
     assert listing.returncode == 0, listing.stderr
     checkpoints = json.loads(listing.stdout)["checkpoints"]
     assert sum(c["committed"] for c in checkpoints) >= 2
+    picture = tmp_path / "report.png"
+    drawn = run_cli("report", drive_run_dir, "-o", str(picture), *flags, timeout=120)
+    assert drawn.returncode == 0, drawn.stderr
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # both sessions' history
     pruned = run_cli("prune", drive_run_dir, "--keep", "1", *flags)
     assert pruned.returncode == 0, pruned.stderr
     storage = Storage(drive_run_dir, drive_options)
