@@ -9,6 +9,7 @@ own caches and connection), as two machines would be.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import urllib.request
 
@@ -301,3 +302,27 @@ def test_url_forms(drive_options) -> None:
     with pytest.raises(ValueError, match="names no folder"):
         split_url("gdrive://")
     assert json.loads(b'{"files": {}}') == {"files": {}}
+
+
+def test_a_token_the_server_refuses_is_refreshed_and_never_shown(
+    drive_run_dir, drive_emulator, proxy, caplog
+) -> None:
+    """401 on a token the client still thinks good: refreshed, then retried."""
+    from fake_credentials import ExpiringCredentials
+
+    credentials = ExpiringCredentials()
+    # The first token issued is refused, as a revoked one would be.
+    proxy.require_tokens(
+        lambda header: (
+            bool(credentials.issued) and header != f"Bearer {credentials.issued[0]}"
+        )
+    )
+    caplog.set_level(logging.DEBUG)
+    storage = Storage(
+        drive_run_dir, {"token": credentials, "endpoint_url": proxy.url}, retry=FAST
+    )
+    storage.write_bytes("lease/1.json", b"{}", create_only=True)
+    assert storage.read_bytes("lease/1.json") == b"{}"
+    assert proxy.counts["unauthorized"] >= 1
+    assert credentials.refreshes >= 2
+    assert not any(token in caplog.text for token in credentials.issued)

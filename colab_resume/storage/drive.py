@@ -434,16 +434,19 @@ class DriveStore(Store):
     # --- faults ------------------------------------------------------------
 
     def refresh_credentials(self) -> None:
-        credentials = self.api.credentials
-        if not getattr(credentials, "refresh_token", None) and not hasattr(
-            credentials, "service_account_email"
-        ):
-            return  # a bare access token cannot be renewed
-        try:
-            import google.auth.transport.requests
+        """Refresh the credentials after a 401, unless they cannot renew."""
+        import google.auth.transport.requests
+        import google.oauth2.credentials
 
+        credentials = self.api.credentials
+        if isinstance(credentials, google.oauth2.credentials.Credentials) and not (
+            credentials.refresh_token
+        ):
+            return  # a bare access token: nothing to renew it with
+        try:
             credentials.refresh(google.auth.transport.requests.Request())
         except Exception as exc:  # the retry will report the real fault
+            # Type only: a refresh error's text may quote token material.
             log.warning(
                 "storage: refreshing credentials failed: %s", type(exc).__name__
             )

@@ -123,6 +123,15 @@ function main() {
   const app = express();
   const raw = express.raw({ type: () => true, limit: "1gb" });
 
+  // Tokens of the tests' credential stand-in (tests/fake_credentials.py)
+  // are good here; a checking FaultProxy in front decides which expired.
+  app.use((req, res, next) => {
+    if ((req.headers.authorization || "").startsWith("Bearer ya29.fake-")) {
+      req.headers.authorization = "Bearer valid-token";
+    }
+    next();
+  });
+
   app.post("/debug/corrupt-uploads", (req, res) => {
     corruptUploads = Number(req.query.count || 1);
     res.status(200).send("");
