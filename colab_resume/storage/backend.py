@@ -82,9 +82,13 @@ class Store(abc.ABC):
         protocol: the URL's scheme.
         root: the run directory's path inside the store.
         principal: who the store acts as, for messages ("the local user").
+        heartbeat_seconds: the interval between heartbeats this kind of
+            storage wants when the user chose none (a service with tight
+            per-user quotas); None: the product's default.
     """
 
     principal = "the local user"
+    heartbeat_seconds: float | None = None
 
     def __init__(
         self, url: str, protocol: str, root: str, storage_options: dict[str, Any]
@@ -259,3 +263,5 @@ class Store(abc.ABC):
 
 
 GCS_PROTOCOLS = ("gs", "gcs")
+# Schemes served by a store of ours that no fsspec filesystem stands behind.
+DRIVE_PROTOCOLS = ("gdrive",)
