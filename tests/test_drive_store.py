@@ -326,3 +326,41 @@ def test_a_token_the_server_refuses_is_refreshed_and_never_shown(
     assert proxy.counts["unauthorized"] >= 1
     assert credentials.refreshes >= 2
     assert not any(token in caplog.text for token in credentials.issued)
+
+
+def test_a_manifest_claimed_after_the_next_lease_is_late_even_untouched(
+    drive_run_dir, drive_options
+) -> None:
+    """The commit rule's race on Drive, made to happen: lease 1's manifest
+    is uploaded, lease 2 is taken, then the manifest is named in the index,
+    and its writer dies before the touch that stamps it. Its file still
+    carries the upload time, older than lease 2; judged by that, the fenced
+    holder's checkpoint would count as committed beside lease 2's own. It
+    must be judged late, from the bounds the store reports."""
+    from colab_resume.protocol import commit
+    from colab_resume.storage import ObjectInfo
+
+    manifest = "checkpoints/step-000000010.e00000001/MANIFEST.json"
+    holder = open_store(drive_run_dir, drive_options)
+    holder.write("lease/00000001.json", b"{}", create_only=True, write_id="l1")
+    taker = open_store(drive_run_dir, drive_options)
+    claim = holder.folder.update
+
+    def lease_2_first(change, timeout):  # between the upload and the claim
+        taker.write("lease/00000002.json", b"{}", create_only=True, write_id="l2")
+        return claim(change, timeout)
+
+    def dies(file_id, *, timeout):
+        raise RuntimeError("the holder's VM is gone")
+
+    holder.folder.update = lease_2_first  # type: ignore[method-assign]
+    holder.api.touch = dies  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        holder.write(manifest, b"{}", create_only=True, write_id="m")
+
+    reader = open_store(drive_run_dir, drive_options)
+    listed = {info.path: info for info in reader.list("")}
+    lease_2, late = listed["lease/00000002.json"], listed[manifest]
+    assert isinstance(late, ObjectInfo) and late.visible_since < lease_2.updated
+    assert commit.judge(late, lease_2.visible_since) == commit.FENCED
+    assert commit.judge(reader.info(manifest), lease_2.visible_since) == commit.FENCED

@@ -62,7 +62,7 @@ def judge(manifest: ObjectInfo | None, next_lease_taken_at: float | None) -> str
     """
     if manifest is None:
         return UNCOMMITTED
-    if next_lease_taken_at is not None and manifest.updated >= next_lease_taken_at:
+    if next_lease_taken_at is not None and manifest.visible_by >= next_lease_taken_at:
         return FENCED
     return COMMITTED
 

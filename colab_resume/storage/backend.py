@@ -24,7 +24,9 @@ What the protocol relies on, and every store must keep:
   objects as they are written. The commit rule (a manifest counts only if
   it is older than the next lease) and liveness (a lease is alive while
   its heartbeat is recent) compare these stamps with each other and with
-  ``server_time``, never with the reader's clock.
+  ``server_time``, never with the reader's clock. A store whose objects
+  become visible in two steps (Drive: upload, then the index names it)
+  reports both bounds of that moment (``visible_from``, ``updated``).
 * **Listing is recursive and objects only.** ``list(prefix)`` returns every
   object below ``prefix`` at any depth, with paths relative to the run
   directory, and no "directories"; a missing prefix is an empty list. A
@@ -60,12 +62,28 @@ class ObjectInfo:
         updated: last modification, seconds since the epoch, by the
             server's clock.
         crc32c: the server's CRC32C (base64, GCS style) when it keeps one.
+        visible_from: where a store cannot stamp the moment an object became
+            visible exactly (Drive: its file is uploaded, then named in the
+            run's index), the earliest it can have been, with ``updated``
+            the latest; None where ``updated`` is that moment (a GCS
+            object's creation). The commit rule needs both bounds.
     """
 
     path: str
     size: int
     updated: float
     crc32c: str | None = None
+    visible_from: float | None = None
+
+    @property
+    def visible_by(self) -> float:
+        """The latest the object can have become visible (server's clock)."""
+        return self.updated
+
+    @property
+    def visible_since(self) -> float:
+        """The earliest the object can have become visible (server's clock)."""
+        return self.updated if self.visible_from is None else self.visible_from
 
 
 class Store(abc.ABC):

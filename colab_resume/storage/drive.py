@@ -43,11 +43,17 @@ of a folder's children are consistent for the same user in practice, not
 by a documented guarantee): two sessions started seconds apart on one new
 run directory are the only case that relies on it.
 
-**Clocks.** ``updated`` is the file's ``modifiedTime``, stamped by Drive
-(for a created object: by a ``files.touch`` right after the index names
-it, so that it is never older than the object's visibility);
-:meth:`server_time` is the ``Date`` header of a Drive response: both come
-from Google's servers, never from this machine.
+**Clocks.** An object becomes visible when the index names it, and no
+single Drive stamp marks that moment, so an object carries two bounds of
+it (:class:`~colab_resume.storage.ObjectInfo`): ``visible_from``, its
+file's ``createdTime`` (the upload, before the claim), and ``updated``, its
+``modifiedTime`` once a ``files.touch`` right after the claim stamped it
+(or an overwrite did); between claim and touch the index's own
+``modifiedTime`` bounds the claim instead. The commit rule judges a
+manifest by the later bound against the next lease's earlier one, so it
+errs towards "late", never "in time". :meth:`server_time` is the ``Date``
+header of a Drive response: every stamp comes from Google's servers,
+never from this machine.
 
 **Deletion** is ``files.delete``: permanent, never the trash (which would
 still count against the owner's quota).
@@ -85,6 +91,30 @@ from colab_resume.storage.drive_folder import RunFolder, parse_time, quote
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
+
+
+_STAMPS = "id,size,createdTime,modifiedTime"
+
+
+def _touched(raw: dict[str, Any]) -> bool:
+    """Whether the file was stamped after its upload (touched, or overwritten)."""
+    return parse_time(raw["modifiedTime"]) > parse_time(raw["createdTime"])
+
+
+def _object_info(rel: str, raw: dict[str, Any], claims_by: float | None) -> ObjectInfo:
+    """One object's stamps: it became visible when the index named it, which
+    is after its upload (``createdTime``) and, once it is touched, before its
+    ``modifiedTime``. Between claim and touch (a writer that died there, or a
+    read in that one request) the index's own stamp bounds the claim instead.
+    """
+    created = parse_time(raw["createdTime"])
+    if _touched(raw) or claims_by is None:
+        updated = parse_time(raw["modifiedTime"])
+    else:
+        updated = max(claims_by, created)
+    return ObjectInfo(
+        rel, int(raw.get("size", 0)), updated, visible_from=min(created, updated)
+    )
 
 
 class DriveStore(Store):
@@ -224,11 +254,14 @@ class DriveStore(Store):
 
     def info(self, rel: str, *, timeout: float | None = None) -> ObjectInfo:
         raw = self._by_id(
-            rel,
-            timeout,
-            lambda fid: self.api.get(fid, "id,size,modifiedTime", timeout=timeout),
+            rel, timeout, lambda fid: self.api.get(fid, _STAMPS, timeout=timeout)
         )
-        return ObjectInfo(rel, int(raw.get("size", 0)), parse_time(raw["modifiedTime"]))
+        claims_by = None
+        if not _touched(raw):  # rare: between its claim and its touch
+            assert self.folder.index_id is not None
+            index = self.api.get(self.folder.index_id, "modifiedTime", timeout=timeout)
+            claims_by = parse_time(index["modifiedTime"])
+        return _object_info(rel, raw, claims_by)
 
     def list(self, prefix: str, *, timeout: float | None = None) -> list[ObjectInfo]:
         folder = self._run_folder(create=False, timeout=timeout)
@@ -245,15 +278,15 @@ class DriveStore(Store):
             return []
         files = self.api.children(
             f"{quote(folder)} in parents and trashed = false",
-            "id,size,modifiedTime",
+            _STAMPS,
             timeout=timeout,
         )
+        # The index is listed with the files, after it was read: its stamp
+        # is no earlier than any claim in the entries read.
+        index = [raw for raw in files if raw["id"] == self.folder.index_id]
+        claims_by = parse_time(index[0]["modifiedTime"]) if index else None
         return [
-            ObjectInfo(
-                wanted[raw["id"]],
-                int(raw.get("size", 0)),
-                parse_time(raw["modifiedTime"]),
-            )
+            _object_info(wanted[raw["id"]], raw, claims_by)
             for raw in files
             if raw["id"] in wanted
         ]
