@@ -80,5 +80,7 @@ def missing_processes(processes: int, file_names: Iterable[str]) -> list[int]:
         processes: the processes that took part (the manifest's ``processes``).
         file_names: the names listed in the checkpoint directory.
     """
+    if processes <= 1:
+        return []  # a single-process run writes no done markers (its manifest is all)
     names = set(file_names)
     return [k for k in range(processes) if process_marker(k) not in names]
