@@ -382,7 +382,9 @@ class CheckpointManager:
             [(os.path.join(staging, f), f"{name.path}/{f}") for f in files],
             progress=progress,
             workers=self.config.workers,
-            memory_bytes=staging_bytes(training_state.nbytes),
+            # The files' size, not the state's nbytes: what is uploaded, in
+            # either format (TensorFlow's nbytes cannot size every trackable).
+            memory_bytes=staging_bytes(manifest.total_bytes),
         )
         if self.process is not None:
             write_marker(self.storage, name, self.process, entries)
