@@ -223,9 +223,11 @@ class SlowUploads(Storage):
     Only time is added; every byte still goes through gcsfs to the emulator.
     """
 
-    def put_file(self, local_path: str, rel: str) -> None:
+    def put_file(
+        self, local_path: str, rel: str, *, chunk_bytes: int | None = None
+    ) -> None:
         time.sleep(0.4)
-        super().put_file(local_path, rel)
+        super().put_file(local_path, rel, chunk_bytes=chunk_bytes)
 
 
 def test_save_while_uploading_waits_and_records_stall(gcs_run_dir, gcs_options):

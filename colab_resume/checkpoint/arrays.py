@@ -16,14 +16,16 @@ raw little-endian bytes; no pickle, so loading a checkpoint runs no code),
 readable by NumPy, JAX, PyTorch and TensorFlow alike, with a dtype of its
 own for bfloat16 (``BF16``), which ``.npy`` files can only store as opaque
 void bytes. It is a small wheel, already on Colab. We write it with
-``safetensors.numpy`` and read it with :mod:`~colab_resume.checkpoint.shard_file`
-(mapped, no copy), mapping dtypes ourselves: ``safetensors.numpy`` does not
-know bfloat16 (``ml_dtypes``, which both JAX and TensorFlow bring, does).
+:mod:`~colab_resume.checkpoint.shard_write` (each array's own buffer, no
+copy) and read it with :mod:`~colab_resume.checkpoint.shard_file`, mapping
+dtypes ourselves: ``safetensors.numpy`` does not know bfloat16
+(``ml_dtypes``, which both JAX and TensorFlow bring, does).
 
 A save blocks the training thread only for a snapshot of the variables (on
 the CPU a reference TensorFlow protects with copy-on-write; elsewhere the
 copy to host memory); the shards are serialised and written to local disk
-in :meth:`ArrayState.sync`, which the manager calls from its upload thread.
+in :meth:`ArrayState.sync`, which the manager calls from its upload thread,
+one shard at a time, releasing each shard's snapshot once it is written.
 
 A ``LossScaleOptimizer`` (``mixed_float16``) is saved as its inner
 optimizer plus an optional ``loss_scale`` group, so a run can change its
@@ -51,6 +53,7 @@ from colab_resume.checkpoint.groups import (
     variable_list,
 )
 from colab_resume.checkpoint.shard_file import header_limit, read_views
+from colab_resume.checkpoint.shard_write import write_shard
 from colab_resume.checkpoint.structure import check_fits, same_objects
 from colab_resume.protocol.manifest import FileEntry
 
@@ -112,28 +115,44 @@ def is_array_checkpoint(file_names: Any) -> bool:
     return any(str(name).endswith(SUFFIX) for name in file_names)
 
 
-def write_arrays(path: str, arrays: dict[str, Any]) -> None:
-    """Write name -> host array to ``path`` as safetensors."""
-    import numpy as np
-    from safetensors.numpy import save_file
-
-    # Not np.ascontiguousarray: it turns a 0-d array (a scalar) into shape (1,).
-    save_file({k: np.asarray(v, order="C") for k, v in arrays.items()}, path)
+def write_arrays(path: str, arrays: dict[str, Any]) -> tuple[int, str]:
+    """Write name -> host array to ``path`` as safetensors; its size and CRC32C."""
+    return write_shard(path, arrays)
 
 
-def write_shards(prefix: str, arrays: dict[str, Any], shard_bytes: int) -> None:
-    """Write ``arrays`` next to ``prefix`` in shards of about ``shard_bytes``."""
-    shards: list[dict[str, Any]] = [{}]
-    size = 0
-    for name, array in arrays.items():
-        if shards[-1] and size + array.nbytes > shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][name] = array
-        size += array.nbytes
+def plan_shards(nbytes: Sequence[int], shard_bytes: int) -> list[range]:
+    """Consecutive runs of tensors (by position) of about ``shard_bytes`` each."""
+    runs: list[range] = []
+    start = size = 0
+    for i, n in enumerate(nbytes):
+        if i > start and size + n > shard_bytes:
+            runs.append(range(start, i))
+            start, size = i, 0
+        size += n
+    runs.append(range(start, len(nbytes)))
+    return runs
+
+
+def write_shards(
+    prefix: str, arrays: dict[str, Any], shard_bytes: int
+) -> dict[str, tuple[int, str]]:
+    """Write ``arrays`` next to ``prefix`` in shards of about ``shard_bytes``.
+
+    Each shard's arrays are dropped from ``arrays`` once it is written, so
+    a caller that holds them nowhere else frees them shard by shard.
+
+    Returns:
+        file name -> (size, CRC32C) of each shard, as written.
+    """
+    names = list(arrays)
+    runs = plan_shards([int(arrays[n].nbytes) for n in names], shard_bytes)
     directory, base = os.path.split(prefix)
-    for file_name, shard in zip(shard_names(base, len(shards)), shards, strict=True):
-        write_arrays(os.path.join(directory, file_name), shard)
+    written: dict[str, tuple[int, str]] = {}
+    for file_name, run in zip(shard_names(base, len(runs)), runs, strict=True):
+        shard = {names[i]: arrays.pop(names[i]) for i in run}
+        written[file_name] = write_shard(os.path.join(directory, file_name), shard)
+        del shard  # this shard's snapshot buffers can go now
+    return written
 
 
 def read_arrays(
@@ -329,11 +348,14 @@ def _kept_on_cpu(tensor: Any) -> Any:
 
 
 def _to_host(value: Any) -> Any:
-    """A :func:`_snapshot` as a NumPy array (no copy for a CPU tensor)."""
+    """A :func:`_snapshot` as a NumPy array, with no copy.
+
+    ``np.asarray`` of a CPU tensor is a read-only view of its buffer (which
+    the tensor keeps alive); its ``numpy()`` would copy the whole state.
+    """
     import numpy as np
 
-    numpy = getattr(value, "numpy", None)
-    return np.asarray(numpy() if callable(numpy) else value)
+    return np.asarray(value)
 
 
 class ArrayState:
@@ -365,6 +387,8 @@ class ArrayState:
         self.shard_bytes = shard_bytes
         self.write_behind = write_behind
         self._pending: tuple[str, dict[str, Any]] | None = None
+        # File name -> (size, CRC32C) of the shards the last sync wrote.
+        self.written: dict[str, tuple[int, str]] = {}
         self._setup()
 
     def _setup(self) -> None:
@@ -451,12 +475,20 @@ class ArrayState:
             self.sync()
 
     def sync(self) -> None:
-        """Write the copied arrays' shards to local disk, if not done yet."""
+        """Write the copied arrays' shards to local disk, if not done yet.
+
+        Shard by shard: each shard's snapshots are released once it is
+        written, so where training has since updated the variables (and
+        TensorFlow copied them), the old values are freed as the save goes
+        on rather than at its end. :attr:`written` then lists each file's
+        size and CRC32C as written.
+        """
         pending, self._pending = self._pending, None
         if pending is not None:
             prefix, snapshots = pending
-            arrays = {name: _to_host(value) for name, value in snapshots.items()}
-            write_shards(prefix, arrays, self.shard_bytes)
+            del pending
+            arrays = {name: _to_host(snapshots.pop(name)) for name in list(snapshots)}
+            self.written = write_shards(prefix, arrays, self.shard_bytes)
         self._trace_reader()
 
     def restore(

@@ -55,6 +55,22 @@ log = logging.getLogger(__name__)
 PREFIX = "ckpt"
 # Waits shorter than this (the last file closing) are not worth a warning.
 STALL_REPORT_SECONDS = 0.05
+# Memory the uploads of a save may hold beyond the snapshot: this share of
+# the state, and never less than this floor (see staging_bytes).
+STAGING_SHARE = 16
+MIN_STAGING_BYTES = 8 << 20
+
+
+def staging_bytes(state_bytes: int) -> int:
+    """Host memory a save's uploads may hold beside the snapshot itself.
+
+    A save holds one host copy of the state (the snapshot; on the CPU only
+    the variables training updated meanwhile) and writes it to local disk
+    shard by shard, releasing each; what the upload reads back is bounded
+    by this, a sixteenth of the state, so that the whole stays under 1.1
+    times the state for states of about 150 MB and more.
+    """
+    return max(MIN_STAGING_BYTES, state_bytes // STAGING_SHARE)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -329,8 +345,13 @@ class CheckpointManager:
             self._prune_quietly(name.step)
         training_state.sync()
         files = sorted(os.listdir(staging))
+        # The portable format checksums each shard as it writes it (no
+        # second read of the files); TensorFlow's files are read here.
+        written: dict[str, tuple[int, str]] = getattr(training_state, "written", {})
         entries = tuple(
-            FileEntry(
+            FileEntry(name=f, size=written[f][0], crc32c=written[f][1])
+            if f in written
+            else FileEntry(
                 name=f,
                 size=os.path.getsize(os.path.join(staging, f)),
                 crc32c=crc32c_file(os.path.join(staging, f)),
@@ -361,6 +382,9 @@ class CheckpointManager:
             [(os.path.join(staging, f), f"{name.path}/{f}") for f in files],
             progress=progress,
             workers=self.config.workers,
+            # The files' size, not the state's nbytes: what is uploaded, in
+            # either format (TensorFlow's nbytes cannot size every trackable).
+            memory_bytes=staging_bytes(manifest.total_bytes),
         )
         if self.process is not None:
             write_marker(self.storage, name, self.process, entries)

@@ -15,6 +15,22 @@ from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.storage import Storage
 
 DEFAULT_WORKERS = 8
+# The largest piece one upload reads into memory at a time: GCS's advice for
+# resumable uploads is pieces of 8 MiB or more, fewer requests per file.
+MAX_CHUNK = 8 << 20
+# An upload holds its piece and, while the socket drains, about as much
+# again in the event loop's send buffer.
+COPIES_PER_CHUNK = 2
+
+
+def upload_plan(memory_bytes: int, workers: int) -> tuple[int, int]:
+    """``(parallel uploads, bytes per piece)`` within ``memory_bytes`` of buffers.
+
+    At least one upload of at least 256 KiB pieces, whatever the bound.
+    """
+    chunk = max(256 << 10, min(MAX_CHUNK, memory_bytes // COPIES_PER_CHUNK))
+    parallel = memory_bytes // (COPIES_PER_CHUNK * chunk)
+    return max(1, min(workers, parallel)), chunk
 
 
 def upload(
@@ -23,9 +39,26 @@ def upload(
     *,
     progress: TransferProgress | None = None,
     workers: int = DEFAULT_WORKERS,
+    memory_bytes: int | None = None,
 ) -> None:
-    """Upload ``(local_path, rel_path)`` pairs; the first failure is raised."""
-    _transfer(storage.put_file, files, local=0, progress=progress, workers=workers)
+    """Upload ``(local_path, rel_path)`` pairs; the first failure is raised.
+
+    Args:
+        memory_bytes: about how much of the files the uploads in flight may
+            hold in memory together (None: the store's default, which on
+            GCS is each file of up to 50 MiB whole).
+    """
+    chunk: int | None = None
+    if memory_bytes is not None:
+        workers, chunk = upload_plan(memory_bytes, workers)
+
+    def move(local: str, rel: str) -> None:
+        if chunk is None:
+            storage.put_file(local, rel)
+        else:
+            storage.put_file(local, rel, chunk_bytes=chunk)
+
+    _transfer(move, files, local=0, progress=progress, workers=workers)
 
 
 def download(

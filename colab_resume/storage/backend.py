@@ -218,9 +218,20 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def put_file(
-        self, local_path: str, rel: str, *, timeout: float | None = None
+        self,
+        local_path: str,
+        rel: str,
+        *,
+        timeout: float | None = None,
+        chunk_bytes: int | None = None,
     ) -> None:
-        """Upload one local file (not atomic on its own: commit with a marker)."""
+        """Upload one local file (not atomic on its own: commit with a marker).
+
+        Args:
+            chunk_bytes: send the file in pieces of about this size where
+                the store sends it from memory, so one upload holds no more
+                than that (None: the store's own choice).
+        """
 
     @abc.abstractmethod
     def get_file(

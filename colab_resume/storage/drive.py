@@ -305,8 +305,15 @@ class DriveStore(Store):
         )
 
     def put_file(
-        self, local_path: str, rel: str, *, timeout: float | None = None
+        self,
+        local_path: str,
+        rel: str,
+        *,
+        timeout: float | None = None,
+        chunk_bytes: int | None = None,
     ) -> None:
+        # chunk_bytes is not needed: a large file already goes by resumable
+        # upload, read from disk one piece at a time (drive_api.py).
         # One id for every attempt at making this object (Storage retries
         # call again without an id): a retry meets its own upload (409),
         # instead of leaving it unnamed.

@@ -90,8 +90,14 @@ class FsspecStore(Store):
         self.fs.pipe_file(self.path(rel), data, mode=mode, **self._limit(timeout))
 
     def put_file(
-        self, local_path: str, rel: str, *, timeout: float | None = None
+        self,
+        local_path: str,
+        rel: str,
+        *,
+        timeout: float | None = None,
+        chunk_bytes: int | None = None,
     ) -> None:
+        # fsspec's generic put copies in blocks of its own; GCS overrides.
         self.fs.put_file(local_path, self.path(rel), **self._limit(timeout))
 
     def get_file(

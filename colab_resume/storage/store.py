@@ -413,11 +413,20 @@ class Storage:
         data = json.dumps(value, indent=1, sort_keys=True).encode("utf-8")
         self.write_bytes(rel, data, create_only=create_only)
 
-    def put_file(self, local_path: str, rel: str) -> None:
-        """Upload one local file (not atomic on its own: commit with a marker)."""
+    def put_file(
+        self, local_path: str, rel: str, *, chunk_bytes: int | None = None
+    ) -> None:
+        """Upload one local file (not atomic on its own: commit with a marker).
+
+        Args:
+            chunk_bytes: hold at most about this much of the file in memory
+                at a time, where the store sends it from memory (GCS).
+        """
         self._call(
             f"upload {rel}",
-            lambda timeout: self.store.put_file(local_path, rel, timeout=timeout),
+            lambda timeout: self.store.put_file(
+                local_path, rel, timeout=timeout, chunk_bytes=chunk_bytes
+            ),
         )
 
     def delete(self, rel: str) -> None:
