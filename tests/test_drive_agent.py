@@ -95,3 +95,65 @@ def test_fit_killed_at_a_random_step_resumes_bitwise_from_drive(
         )
     }
     assert {n.split("/")[1] for n in names if n.startswith("checkpoints/")} == left
+
+
+def test_a_full_drive_stops_the_run_naming_its_newest_checkpoint(
+    drive_run_dir, drive_emulator
+) -> None:
+    """Drive answers every upload with 403 ``storageQuotaExceeded`` (through
+    the fault proxy: the emulator has no quota) once the run has committed a
+    checkpoint: ``fit`` stops with ``StorageFullError``, saying why, what to
+    free and which checkpoint the next run continues from."""
+    import keras
+    import pytest
+    import tensorflow as tf
+    from faultproxy import FaultMix, FaultProxy, path_contains
+
+    import colab_resume as cr
+    from colab_resume.errors import StorageFullError
+
+    def build():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    x = np.arange(64 * 4, dtype="float32").reshape(64, 4) / 256.0
+
+    def make_dataset(epoch, skip=0):
+        data = tf.data.Dataset.from_tensor_slices((x, x[:, :1]))
+        return data.batch(4).skip(skip)
+
+    with FaultProxy(drive_emulator.url) as proxy:
+        agent = cr.Agent(
+            drive_run_dir,
+            storage_options=drive_emulator.options(proxy.url),
+            save_every_steps=4,
+            prefer="cpu",
+            storage_retry_seconds=5,
+        )
+
+        full_after: list[int] = []
+
+        def drive_fills_up(step: int) -> None:
+            committed = agent.progress().checkpoint_step
+            if committed and not full_after:  # the first commit landed
+                full_after.append(committed)
+                proxy.set_mix(
+                    FaultMix(
+                        error_rate=1.0,
+                        statuses=(403,),
+                        error_reason="storageQuotaExceeded",
+                        match=path_contains("/upload/", "POST"),
+                    )
+                )
+
+        agent.on_step(drive_fills_up)
+        with pytest.raises(StorageFullError) as raised:
+            agent.fit(build, make_dataset, epochs=1, steps_per_epoch=16, verbose=0)
+    text = str(raised.value)
+    assert "Google Drive of" in text and "is full" in text, text
+    (step,) = full_after
+    assert step < 16, "the Drive filled up after training had ended"
+    assert f"the checkpoint of step {step} is committed" in text, text
+    status = cr.inspect(drive_run_dir, drive_emulator.options())
+    assert status.state == "FAILED" and status.checkpoint_step == step

@@ -61,7 +61,7 @@ from colab_resume.checkpoint import (
     RestoredInfo,
     SaveTriggers,
 )
-from colab_resume.errors import CorruptRecordError, FencedError
+from colab_resume.errors import CorruptRecordError, FencedError, StorageFullError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
 from colab_resume.launch import notices
@@ -268,6 +268,11 @@ class RunLoop:
             if self.multihost is not None:
                 self.multihost.exit_after(exc)  # a lost peer: exits RESTART
             self.fail(exc, session, manager)
+            if isinstance(exc, StorageFullError):
+                # Name the checkpoint the run stopped at (the store's
+                # message says why and what to free).
+                where = self._saved(manager)
+                raise StorageFullError(f"{exc} (Here {where}.)") from exc
             raise
         finally:
             with contextlib.suppress(Exception):
@@ -528,16 +533,17 @@ class RunLoop:
             if self.duties
             else "while building and restoring the model (nothing of it was saved)"
         )
-        last = manager.last_committed
-        saved = (
-            f"the checkpoint of step {last.step} is committed"
-            if last is not None
-            else "no checkpoint was committed yet"
-        )
         return (
-            f"interrupted {where}: {saved}. Run the same code again to "
-            f"continue from there."
+            f"interrupted {where}: {self._saved(manager)}. Run the same code "
+            f"again to continue from there."
         )
+
+    def _saved(self, manager: CheckpointManager) -> str:
+        """Which checkpoint the next run continues from, for a message."""
+        last = manager.last_committed
+        if last is None:
+            return "no checkpoint was committed yet"
+        return f"the checkpoint of step {last.step} is committed"
 
     def _last_save_if_safe(self, manager: CheckpointManager) -> None:
         """After an error: save the last complete step, if it is not half-applied.
