@@ -20,9 +20,6 @@ ALLOWED = {
     # TensorFlow's own checkpoint format (tf.train.Checkpoint): it is the
     # format, not a branch on the backend; JAX never reaches it.
     "checkpoint/state.py": "TensorFlow checkpoint format",
-    # Keras 2 inside TensorFlow 2.15 and older, reached only when no
-    # Keras 3 is installed, to set the dtype policy of the Keras there is.
-    "runtime/precision.py": "tf.keras where no Keras 3 is installed",
     # The demo's child is the user's training script, written as a user
     # writes one (tf.config.experimental.enable_op_determinism()).
     "demo.py": "the user's script in the demo",

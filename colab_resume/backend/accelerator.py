@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from colab_resume.backend import tf_tpu
+from colab_resume.backend import keras_state, tf_tpu
 from colab_resume.backend.current import current as current_backend
 from colab_resume.events import EventLog
 from colab_resume.runtime import diagnose, precision
@@ -59,10 +59,10 @@ class Platform:
     root: str = "/"
     module_available: Callable[[str], bool] | None = None
     tpu_api: tf_tpu.TPUApi | None = None
-    set_precision: Callable[[str], None] = precision.apply_policy
-    keep_precision: Callable[[str], None] = precision.keep_policy
-    user_precision: Callable[[], str | None] = precision.user_policy
-    clear_session: Callable[[], None] = precision.clear_session
+    set_precision: Callable[[str], None] = keras_state.apply_policy
+    keep_precision: Callable[[str], None] = keras_state.keep_policy
+    user_precision: Callable[[], str | None] = keras_state.user_policy
+    clear_session: Callable[[], None] = keras_state.clear_session
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     lock_path: str = diagnose.LIBTPU_LOCK_PATH

@@ -1,4 +1,4 @@
-"""The Keras precision policy, and resetting Keras' global state.
+"""Which Keras precision policy to train with (setting it is the backend's).
 
 ``precision="auto"`` means ``mixed_bfloat16`` on TPU (the format TPUs are
 built for: same range as float32, no loss scaling) and ``float32`` on GPU
@@ -13,14 +13,13 @@ A policy the user set before connecting
 so in one line. Otherwise the policy is set, ``float32`` included, so a
 policy an earlier connect chose (or a test) cannot leak in: this module
 remembers the policy object it set by its own choice, and only a different,
-non-default one counts as the user's.
+non-default one counts as the user's
+(:mod:`colab_resume.backend.keras_state` sets and reads it).
 """
 
 from __future__ import annotations
 
 import logging
-from types import ModuleType
-from typing import Any, cast
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +28,6 @@ FLOAT16_MIN_COMPUTE_CAPABILITY = (7, 0)
 
 # Keras' policy when nobody set one.
 DEFAULT_POLICY = "float32"
-
-# The global policy object apply_policy set last (empty: none, or a kept one).
-_chosen: list[Any] = []
 
 
 def resolve_precision(precision: str, kind: str, users: str | None = None) -> str:
@@ -91,57 +87,3 @@ def describe_choice(
             f"precision={DEFAULT_POLICY!r} to keep {DEFAULT_POLICY}."
         )
     return None
-
-
-def _keras() -> ModuleType:
-    try:
-        import keras
-
-        return cast(ModuleType, keras)
-    except ImportError:  # TF 2.15 and older carry Keras 2 inside
-        import tensorflow as tf
-
-        return cast(ModuleType, tf.keras)
-
-
-def user_policy() -> str | None:
-    """The global policy's name if the user set it, else None.
-
-    A policy counts as the user's when it is not Keras' default and not the
-    one :func:`apply_policy` set (a previous connect's choice).
-    """
-    current = _keras().mixed_precision.global_policy()
-    if current.name == DEFAULT_POLICY or any(current is p for p in _chosen):
-        return None
-    return str(current.name)
-
-
-def apply_policy(policy: str) -> None:
-    """Make ``policy`` Keras' global dtype policy, as this package's choice."""
-    mixed = _keras().mixed_precision
-    mixed.set_global_policy(policy)
-    _chosen[:] = [mixed.global_policy()]
-
-
-def keep_policy(policy: str) -> None:
-    """Make the user's ``policy`` global again (after ``clear_session``).
-
-    Unlike :func:`apply_policy` it stays the user's, so a later connect
-    with ``precision="auto"`` keeps it too.
-    """
-    _keras().mixed_precision.set_global_policy(policy)
-    _chosen.clear()
-
-
-def clear_session() -> None:
-    """Reset Keras' global state before rebuilding after an accelerator loss.
-
-    ``keras.backend.clear_session()`` drops the layer-name counters (so the
-    rebuilt model gets the same layer and variable names as the first one,
-    which checkpoints are matched by), resets TensorFlow's default graph,
-    clears the eager kernel cache (kernels compiled for the dead devices)
-    and garbage-collects the old model, optimizer and datasets that still
-    hold handles to the lost TPU. It also resets the global dtype policy,
-    which is why ``reconnect`` sets the policy again afterwards.
-    """
-    _keras().backend.clear_session()
