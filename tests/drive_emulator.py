@@ -13,10 +13,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
-from emulator import _die_with_parent, _free_port
+from emulator import _die_with_parent, _free_port, wait_until_serving
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = os.path.join(ROOT, "build", "drive-mock", "node_modules")
@@ -51,20 +49,17 @@ class DriveEmulator:
         self._wait_ready(timeout=20.0)
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"the Drive emulator exited with {self.process.returncode}: "
-                    + open(self.log_path, errors="replace").read()[-2000:]
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"the Drive emulator did not answer within {timeout}s")
+        try:
+            wait_until_serving(
+                self.process,
+                f"{self.url}/",
+                self.log_path,
+                "the Drive emulator",
+                timeout,
+            )
+        except RuntimeError:
+            self.stop()
+            raise
 
     def options(self, endpoint: str | None = None) -> dict[str, str]:
         """Storage options for a gdrive:// run directory on this emulator."""

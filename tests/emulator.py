@@ -33,6 +33,26 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_until_serving(
+    process: subprocess.Popen, probe_url: str, log_path: str, what: str, timeout: float
+) -> None:
+    """Return once ``probe_url`` answers; raise (with the server's log) if
+    ``process`` exits first or nothing answers within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"{what} exited with {process.returncode}: "
+                + open(log_path, errors="replace").read()[-2000:]
+            )
+        try:
+            with urllib.request.urlopen(probe_url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not answer within {timeout}s")
+
+
 class Emulator:
     """A running fake-gcs-server; ``url`` is its endpoint."""
 
@@ -69,20 +89,17 @@ class Emulator:
         self._wait_ready(timeout=20.0)
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"fake-gcs-server exited with {self.process.returncode}: "
-                    + open(self.log_path, errors="replace").read()[-2000:]
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"fake-gcs-server did not answer within {timeout}s")
+        try:
+            wait_until_serving(
+                self.process,
+                f"{self.url}/storage/v1/b",
+                self.log_path,
+                "fake-gcs-server",
+                timeout,
+            )
+        except RuntimeError:
+            self.stop()
+            raise
 
     def create_bucket(self, name: str) -> None:
         request = urllib.request.Request(
