@@ -45,7 +45,7 @@ def _open(args: argparse.Namespace) -> Storage:  # imported lazily for speed
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from colab_resume.cli.watch import one_line, printable
+    from colab_resume.cli.watch import host_lines, one_line, printable
     from colab_resume.heartbeat.liveness import read_status
 
     status = read_status(_open(args), dead_after_seconds=args.dead_after_seconds)
@@ -61,6 +61,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                     f"dead after {status.dead_after_s:.0f}s of silence"
                 )
             )
+        for line in host_lines(status):
+            print(printable(line))
     return 0
 
 
