@@ -67,6 +67,9 @@ def main() -> None:
     parser.add_argument("--step-delay", type=float, default=0.0)
     parser.add_argument("--steps-per-epoch", type=int, default=STEPS_PER_EPOCH)
     parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--save-every-seconds", type=float, default=None)
+    parser.add_argument("--stop-at", type=int, default=None)
+    parser.add_argument("--stop-process", type=int, default=None)
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = "jax"
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -92,12 +95,15 @@ def main() -> None:
         prefer="cpu",
         cpu_replicas=args.devices,
         save_every_steps=2,
+        save_every_seconds=args.save_every_seconds,
         heartbeat_seconds=1.0,
         **cluster,  # type: ignore[arg-type]
     )
 
     def on_step(step: int) -> None:
         print(f"STEP {step}", flush=True)
+        if step == args.stop_at and args.process == args.stop_process:
+            agent.stop()  # this process alone: the others learn it by agreement
         if args.step_delay:
             time.sleep(args.step_delay)
 
@@ -125,7 +131,11 @@ def main() -> None:
     ]
     with open(os.path.join(args.out_dir, f"result.p{args.process}.json"), "w") as f:
         json.dump(
-            {"resumed_at": restored[-1].step if restored else None, "changes": changed},
+            {
+                "resumed_at": restored[-1].step if restored else None,
+                "changes": changed,
+                "stopped": agent.stopped,
+            },
             f,
         )
     print("EXIT", flush=True)
