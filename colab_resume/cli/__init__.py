@@ -116,6 +116,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.processes == 2:
+        from colab_resume.demo_multihost import main as multihost_main
+
+        return multihost_main(run_dir=args.run_dir)
+    if args.processes != 1:
+        raise SystemExit("colab-resume demo: --processes is 1 or 2")
     from colab_resume.demo import main as demo_main
 
     return demo_main(run_dir=args.run_dir)
@@ -210,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="Train, die silently, detect it, resume.")
     demo.add_argument(
         "--run-dir", help="where to put the demo run (default: a temp dir)"
+    )
+    demo.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="2: one run on two JAX processes loses one and resumes (needs jax)",
     )
     demo.set_defaults(func=cmd_demo)
     return parser
