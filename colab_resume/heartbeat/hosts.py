@@ -22,19 +22,17 @@ Beats are untrusted records: a damaged one is read as no beat.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 from colab_resume.errors import CorruptRecordError
 from colab_resume.protocol import rundir
-from colab_resume.storage import ObjectInfo, Storage
+from colab_resume.storage import Storage
 
 # What a process's beat says when it leaves on purpose: no death.
 ENDED = ("completed", "stopped", "preempted", "fenced")
 # What it says when it leaves because the slice cannot go on: dead.
 LOST = ("failed", "restart")
 MAX_PROCESSES = 10_000  # a larger count in a beat is damage
-_NAME = re.compile(r"([0-9]{8})\.p([0-9]{1,4})\.json")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,32 +64,53 @@ class HostBeat:
 def read_beats(storage: Storage, lease: int) -> tuple[HostBeat, ...]:
     """Lease ``lease``'s per-process beats, not yet judged.
 
+    No listing: process 0's beat (written before training starts) says
+    how many processes there are, and a single-process lease has none, so
+    a reader of an ordinary run pays one failed stat.
+
     Returns:
-        One :class:`HostBeat` per process, a beat-less one for each process
-        the others count but that never beat; empty for a lease of one
-        process.
+        One :class:`HostBeat` per process (a beat-less one for a process
+        that never beat); empty for a lease of one process.
     """
-    found: dict[int, HostBeat] = {}
-    count = 0
-    for info in _beat_objects(storage, lease):
-        k = int(info.path.rsplit(".p", 1)[-1].split(".")[0])
-        record = _read(storage, info)
-        if record is None:  # damaged: as good as none, but it was written
-            found[k] = HostBeat(k, updated=info.updated)
-            continue
-        processes = record.get("processes")
-        if isinstance(processes, int) and 1 < processes <= MAX_PROCESSES:
-            count = max(count, processes)
-        step = record.get("step")
-        found[k] = HostBeat(
+    first = _beat(storage, lease, 0)
+    if first is None:
+        return ()
+    beat, record = first
+    count = record.get("processes") if record else None
+    if not isinstance(count, int) or not 1 < count <= MAX_PROCESSES:
+        return (beat,) if record is None else ()
+    beats = [beat]
+    for k in range(1, count):
+        found = _beat(storage, lease, k)
+        beats.append(found[0] if found else HostBeat(k))
+    return tuple(beats)
+
+
+def _beat(
+    storage: Storage, lease: int, k: int
+) -> tuple[HostBeat, dict[str, Any] | None] | None:
+    """Process ``k``'s beat and its record (None: damaged); None: absent."""
+    path = rundir.process_heartbeat_path(lease, k)
+    try:
+        info = storage.info(path)
+        record: Any = storage.read_json(path)
+    except FileNotFoundError:
+        return None
+    except CorruptRecordError:
+        record = None
+    if not isinstance(record, dict):
+        return HostBeat(k, updated=info.updated), None
+    step = record.get("step")
+    return (
+        HostBeat(
             k,
             host=_text(record.get("host")),
             state=_text(record.get("state")),
             step=step if isinstance(step, int) else None,
             updated=info.updated,
-        )
-    count = max(count, max(found, default=-1) + 1)
-    return tuple(found.get(k, HostBeat(k)) for k in range(count))
+        ),
+        record,
+    )
 
 
 def judge(
@@ -131,28 +150,6 @@ def dead_host(beats: tuple[HostBeat, ...]) -> str | None:
     if not dead:
         return None
     return "; ".join(dead) + " (the slice cannot go on without it)"
-
-
-def _beat_objects(storage: Storage, lease: int) -> list[ObjectInfo]:
-    prefix = f"{lease:08d}.p"
-    try:
-        listed = storage.list(rundir.HEARTBEAT_DIR)
-    except FileNotFoundError:
-        return []
-    return [
-        info
-        for info in listed
-        if info.path.rsplit("/", 1)[-1].startswith(prefix)
-        and _NAME.fullmatch(info.path.rsplit("/", 1)[-1])
-    ]
-
-
-def _read(storage: Storage, info: ObjectInfo) -> dict[str, Any] | None:
-    try:
-        record = storage.read_json(info.path)
-    except (FileNotFoundError, CorruptRecordError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def _text(value: Any) -> str | None:
