@@ -33,9 +33,18 @@ test: $(STAMP)
 	fi; \
 	echo "=== make test: all phases passed ($(TEST_PHASES))"
 
+# The Drive API emulator the suite starts (tests/drive_emulator.py):
+# google-drive-mock from npm with the express and cors it runs on, pinned.
+DRIVE_MOCK := build/drive-mock
+$(DRIVE_MOCK)/.installed: Makefile
+	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	npm install --silent --no-audit --no-fund --prefix $(DRIVE_MOCK) \
+		google-drive-mock@1.2.0 express@5.2.1 cors@2.8.6
+	touch $@
+
 # The main suite: two workers, each taking whole files (module fixtures are
 # built once).
-suite: $(STAMP)
+suite: $(STAMP) $(DRIVE_MOCK)/.installed
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
 
 # The chaos soak (not in CI; ~15 min on 2 cores): >= 50 random SIGKILLs,

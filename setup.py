@@ -67,6 +67,8 @@ setup(
         "gcsfs>=2023.9",
         "tenacity>=8.2",
         "google-auth>=2.20",
+        # gdrive:// run directories: google-auth's AuthorizedSession runs on it.
+        "requests>=2.28",
         "google-crc32c>=1.5",  # checkpoint manifests: GCS-style CRC32C
         # Colab ships ipywidgets 7.7 and core widgets break there on 8: accept
         # both, never force an upgrade.

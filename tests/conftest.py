@@ -1,6 +1,6 @@
-"""Shared fixtures: the GCS emulator and run directories on it.
+"""Shared fixtures: the GCS and Drive emulators and run directories on them.
 
-The emulator is started once per test session. If it cannot start, every
+Each emulator is started once per test session. If it cannot start, every
 test that needs it errors (no silent skip): storage is what this product
 is about.
 """
@@ -23,6 +23,7 @@ os.environ.pop("STORAGE_EMULATOR_HOST", None)
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from drive_emulator import DriveEmulator  # noqa: E402
 from emulator import Emulator  # noqa: E402
 from faultproxy import fault_proxy  # noqa: E402,F401  (the fault_proxy fixture)
 
@@ -34,7 +35,7 @@ _TF_IMPORT = re.compile(r"^\s*(import|from)\s+(tensorflow|keras)\b", re.MULTILIN
 _TF_WORKERS = re.compile(
     r"[\"'](agent_worker|checkpoint_worker|light_worker|worker\.py)[\"']"
 )
-_EMULATOR_FIXTURES = {"emulator", "fault_proxy"}
+_EMULATOR_FIXTURES = {"emulator", "fault_proxy", "drive_emulator"}
 
 
 @functools.cache
@@ -89,3 +90,21 @@ def gcs_options(emulator) -> dict:
 @pytest.fixture
 def gcs_run_dir(bucket) -> str:
     return f"gs://{bucket}/runs/test"
+
+
+@pytest.fixture(scope="session")
+def drive_emulator():
+    server = DriveEmulator()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def drive_options(drive_emulator) -> dict:
+    return drive_emulator.options()
+
+
+@pytest.fixture
+def drive_run_dir(drive_emulator) -> str:
+    """A run directory in a folder of its own on the Drive emulator."""
+    return f"gdrive://t-{os.getpid()}-{next(_bucket_numbers)}/runs/test"

@@ -77,6 +77,9 @@ class FaultMix:
         body_match: only requests whose body contains these bytes are
             faulted (e.g. ``b"/heartbeat/"``: uploads name their object in
             the body, not the path). The body is then read before deciding.
+        error_reason: the reason an injected error names, in the
+            ``{"error": {"errors": [{"reason": ...}]}}`` form Google APIs
+            answer with (Drive's 403 ``userRateLimitExceeded``...).
     """
 
     error_rate: float = 0.0
@@ -90,6 +93,7 @@ class FaultMix:
     match: Match | None = None
     max_faults: int | None = None
     body_match: bytes | None = None
+    error_reason: str | None = None
 
     def __post_init__(self) -> None:
         rates = (
@@ -350,8 +354,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._error(401, "Invalid Credentials")
         if fault in ("reset", "outage:reset"):
             return self._reset()
-        if fault and (fault.startswith("error:") or fault == "outage:503"):
-            return self._error(int(fault.split(":")[1]))
+        if fault and fault.startswith("error:"):
+            return self._error(int(fault[6:]), reason=self.proxy.mix.error_reason)
+        if fault == "outage:503":
+            return self._error(503)
         if fault == "stall" and not self._stall(self.proxy.mix.stall_seconds):
             return self._reset()  # the client gave up; so does the request
         try:
@@ -379,13 +385,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.rfile, self.wfile = io.BytesIO(), io.BytesIO()
         self.connection.close()
 
-    def _error(self, status: int, message: str | None = None) -> None:
+    def _error(
+        self, status: int, message: str | None = None, *, reason: str | None = None
+    ) -> None:
         for _ in self._body():  # drop the request body so keep-alive works
             pass
-        reason = http.client.responses.get(status, "Error")
-        text = message or f"{reason} (faultproxy)"
-        body = json.dumps({"error": {"code": status, "message": text}}).encode()
-        self.send_response_only(status, reason)
+        phrase = http.client.responses.get(status, "Error")
+        text = message or f"{phrase} (faultproxy)"
+        error: dict[str, object] = {"code": status, "message": text}
+        if reason is not None:
+            error["errors"] = [{"reason": reason, "message": text}]
+        body = json.dumps({"error": error}).encode()
+        self.send_response_only(status, phrase)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -484,7 +495,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send_head(response, str(len(body)))
             self.wfile.write(body[: len(body) // 2])
             return self._reset()
-        self._send_head(response, length if length or no_body else None)
+        self._send_head(response, length, no_body=no_body)
         self.proxy._count_passed()  # before the last byte: the client may be quick
         if no_body:
             return
@@ -494,9 +505,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
 
     def _send_head(
-        self, response: http.client.HTTPResponse, length: str | None
+        self,
+        response: http.client.HTTPResponse,
+        length: str | None,
+        *,
+        no_body: bool = False,
     ) -> None:
-        """Status and headers; ``length`` None means a chunked body follows."""
+        """Status and headers; ``length`` None means a chunked body follows.
+
+        A response without a body (204, 304, HEAD) is never announced as
+        chunked: the client would wait for a chunk that never comes.
+        """
         self.send_response_only(response.status, response.reason)
         for name, value in response.getheaders():
             lower = name.lower()
@@ -507,7 +526,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_header(name, value)
         if length is not None:
             self.send_header("Content-Length", length)
-        else:
+        elif not no_body:
             self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from support import Process, worker
 from support.starting import start_together
 
@@ -29,9 +30,23 @@ from colab_resume.storage import Storage
 ROUNDS, RACERS = 10, 3
 
 
-def test_ten_takeover_races_never_two_committers(
-    gcs_run_dir, gcs_options, emulator, tmp_path
-):
+@pytest.fixture(params=["gs", "gdrive"])
+def race_target(request) -> tuple[str, dict, str]:
+    """(run_dir, storage options, endpoint) on the GCS or the Drive emulator."""
+    if request.param == "gdrive":
+        options = request.getfixturevalue("drive_options")
+        return (
+            request.getfixturevalue("drive_run_dir"),
+            options,
+            options["endpoint_url"],
+        )
+    options = request.getfixturevalue("gcs_options")
+    return request.getfixturevalue("gcs_run_dir"), options, options["endpoint_url"]
+
+
+def test_ten_takeover_races_never_two_committers(race_target, tmp_path):
+    """Drive too: its lease race is the conditional update of the run index."""
+    gcs_run_dir, gcs_options, endpoint = race_target
     log = tmp_path / "commits.jsonl"
     storage = Storage(gcs_run_dir, gcs_options)
     holders: dict[int, Process] = {}
@@ -43,7 +58,7 @@ def test_ten_takeover_races_never_two_committers(
                 worker(
                     "race_committer",
                     gcs_run_dir,
-                    *("--endpoint", emulator.url, "--go", str(go)),
+                    *("--endpoint", endpoint, "--go", str(go)),
                     *("--log", str(log)),
                 )
                 for _ in range(RACERS)

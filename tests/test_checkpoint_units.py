@@ -231,3 +231,13 @@ def test_a_resume_says_its_epoch_as_keras_prints_it():
     assert keras_epoch(24, 12) == " (the start of epoch 3)"  # Keras: "Epoch 3/10"
     assert keras_epoch(30, 12) == " (epoch 3, after 6 of its 12 steps)"
     assert keras_epoch(30, None) == ""  # unknown epoch length: no guess
+
+
+def test_only_a_multi_process_checkpoint_needs_done_markers():
+    from colab_resume.protocol.commit import missing_processes
+    from colab_resume.protocol.rundir import process_marker
+
+    assert missing_processes(1, ["ckpt.safetensors", MANIFEST]) == []
+    two = ["ckpt.safetensors", process_marker(0), MANIFEST]
+    assert missing_processes(2, two) == [1]
+    assert missing_processes(2, [*two, process_marker(1)]) == []

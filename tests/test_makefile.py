@@ -37,6 +37,7 @@ STAMPS = (
     "build/venv-jax",
     "build/venv-browser",
     "build/venv-colab",
+    "build/drive-mock",
 )
 SOURCES = (
     "setup.py",
@@ -73,6 +74,7 @@ def tree(tmp_path: Path) -> Path:
     for name, relative in [*PHASES.values(), *OTHER_TOOLS.items()]:
         stand_in(root / relative, name)
     for folder in STAMPS:
+        (root / folder).mkdir(parents=True, exist_ok=True)
         (root / folder / ".installed").touch()
     return root
 

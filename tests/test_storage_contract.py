@@ -1,9 +1,8 @@
 """Every store keeps the contract of ``colab_resume/storage/backend.py``.
 
 The same primitive checks run against the local store (a real temporary
-directory), memory:// and the GCS emulator, store by store, below the
-retries of ``Storage``: a third store (Drive) is added to ``store`` and
-must pass them unchanged.
+directory), memory://, the GCS emulator and the Drive emulator, store by store,
+below the retries of ``Storage``.
 """
 
 from __future__ import annotations
@@ -29,9 +28,14 @@ def open_store(url: str, options: dict | None = None) -> Store:
     return store_class(protocol)(url, protocol, root, dict(options or {}))
 
 
-@pytest.fixture(params=["local", "memory", "gs"])
+@pytest.fixture(params=["local", "memory", "gs", "gdrive"])
 def store(request, tmp_path) -> Store:
     """One run directory on each kind of store the product has."""
+    if request.param == "gdrive":
+        return open_store(
+            request.getfixturevalue("drive_run_dir"),
+            request.getfixturevalue("drive_options"),
+        )
     if request.param == "gs":
         return open_store(
             request.getfixturevalue("gcs_run_dir"),

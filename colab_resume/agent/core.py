@@ -15,6 +15,7 @@ the console, the loop) are private: reach them only through the methods.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -111,6 +112,7 @@ class Agent:
             retry=self.options.storage_retry,
             on_retry=self._storage_retried,
         )
+        self._apply_store_pace(options)
         self._controls = Controls()
         self._accelerator = Accelerator(
             self.options.connect,
@@ -130,6 +132,17 @@ class Agent:
         self.model: Any = None
         self.state: dict[str, Any] | None = None
         self._light: LightSession | None = None  # the restore()/callback() path
+
+    def _apply_store_pace(self, given: dict[str, Any]) -> None:
+        """Beat at the store's own pace (Drive: slower) unless the user chose one."""
+        pace = self._storage.store.heartbeat_seconds
+        if pace is None or "heartbeat_seconds" in given:
+            return
+        try:
+            session = dataclasses.replace(self.options.session, heartbeat_seconds=pace)
+        except ValueError:  # a dead_after_seconds set for the faster beat
+            return
+        object.__setattr__(self.options, "session", session)
 
     # --- the accelerator --------------------------------------------------------------
 

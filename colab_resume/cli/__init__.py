@@ -139,12 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
     def with_run_dir(name: str, help_text: str) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         cmd.add_argument(
-            "run_dir", metavar="RUN_DIR", help="gs://bucket/path or a path"
+            "run_dir",
+            metavar="RUN_DIR",
+            help="gs://bucket/path, gdrive://folder/path or a path",
         )
-        cmd.add_argument("--endpoint-url", help="GCS endpoint (e.g. an emulator)")
+        cmd.add_argument(
+            "--endpoint-url", help="GCS or Drive API endpoint (e.g. an emulator)"
+        )
         cmd.add_argument(
             "--token",
-            help="gcsfs token: 'anon', a key file path, or a raw access token",
+            help="'anon' (GCS), a key file path, or a raw access token",
         )
         cmd.add_argument("--project", help="GCP project")
         return cmd

@@ -62,7 +62,7 @@ def judge(manifest: ObjectInfo | None, next_lease_taken_at: float | None) -> str
     """
     if manifest is None:
         return UNCOMMITTED
-    if next_lease_taken_at is not None and manifest.updated >= next_lease_taken_at:
+    if next_lease_taken_at is not None and manifest.visible_by >= next_lease_taken_at:
         return FENCED
     return COMMITTED
 
@@ -80,5 +80,7 @@ def missing_processes(processes: int, file_names: Iterable[str]) -> list[int]:
         processes: the processes that took part (the manifest's ``processes``).
         file_names: the names listed in the checkpoint directory.
     """
+    if processes <= 1:
+        return []  # a single-process checkpoint has no markers: its manifest is it
     names = set(file_names)
     return [k for k in range(processes) if process_marker(k) not in names]

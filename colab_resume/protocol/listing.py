@@ -198,7 +198,11 @@ def _first_taken_above(leases: tuple[Lease, ...], lease: int) -> float | None:
     Any lease above fences ``lease``, not only ``lease + 1``: a planted
     ``lease/00000003.json`` while lease 1 trains makes the next session take
     4, and lease 1's later manifests must count as late against 3's stamp.
-    Leases are create-only, never rewritten: ``updated`` is when taken.
+    Leases are create-only, never rewritten: when taken is when the object
+    became visible, and the earliest it can have been counts
+    (:attr:`~colab_resume.storage.ObjectInfo.visible_since`): a manifest is
+    judged against it with the latest it can have become visible, so where
+    a store knows only bounds the rule errs towards "late", never "in time".
     """
-    stamps = [info.updated for number, info in leases if number > lease]
+    stamps = [info.visible_since for number, info in leases if number > lease]
     return min(stamps) if stamps else None

@@ -1,4 +1,4 @@
-"""Google credentials for ``gs://`` run directories.
+"""Google credentials for ``gs://`` and ``gdrive://`` run directories.
 
 Order of preference: credentials given explicitly (``storage_options``
 ``token=``), those set up by :func:`authenticate`, a storage emulator
@@ -43,11 +43,13 @@ def in_colab() -> bool:
 
 
 def authenticate(project: str | None = None) -> Any:
-    """Obtain Google credentials for GCS and make them the default.
+    """Obtain Google credentials for GCS and Drive and make them the default.
 
     In Colab this shows Colab's sign-in prompt
-    (``google.colab.auth.authenticate_user``); elsewhere it loads
-    application-default credentials.
+    (``google.colab.auth.authenticate_user``, which grants Drive access
+    too); elsewhere it loads application-default credentials. Either way
+    they are asked for with the Cloud Storage and the Drive scope, so
+    ``gs://`` and ``gdrive://`` run directories both work with them.
 
     Args:
         project: the GCP project to bill; defaults to the credentials' own.
@@ -64,7 +66,7 @@ def authenticate(project: str | None = None) -> Any:
         from google.colab import auth as colab_auth
 
         colab_auth.authenticate_user(project_id=project)
-    credentials, default_project = _default_credentials()
+    credentials, default_project = _default_credentials(GCS_SCOPES + DRIVE_SCOPES)
     _authenticated = credentials
     log.info(
         "authenticated as %s (project %s)",
@@ -74,14 +76,15 @@ def authenticate(project: str | None = None) -> Any:
     return credentials
 
 
-def _default_credentials() -> tuple[Any, str | None]:
+GCS_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
+
+
+def _default_credentials(scopes: list[str] | None = None) -> tuple[Any, str | None]:
     import google.auth
     import google.auth.exceptions
 
     try:
-        return google.auth.default(
-            scopes=["https://www.googleapis.com/auth/devstorage.read_write"]
-        )
+        return google.auth.default(scopes=scopes or GCS_SCOPES)
     except google.auth.exceptions.DefaultCredentialsError as exc:
         raise NoCredentialsError(
             f"No Google credentials found for Cloud Storage ({exc}). "
@@ -192,3 +195,86 @@ def describe_principal(token: Any) -> str:
     if account:
         return str(account)
     return f"{type(token).__name__} credentials (see `gcloud auth list`)"
+
+
+DRIVE_SCOPES = ["https://www.googleapis.com/auth/drive"]
+HOW_TO_AUTHENTICATE_DRIVE = (
+    "In Colab run `import colab_resume as cr; cr.authenticate()` (Colab's "
+    "sign-in with Drive access). Elsewhere run `gcloud auth "
+    "application-default login --scopes=https://www.googleapis.com/auth/drive,"
+    "https://www.googleapis.com/auth/cloud-platform`, or pass "
+    "storage_options={'token': '/path/to/key.json'} with a service-account key "
+    "whose account the Drive folder is shared with (use "
+    "'gdrive://id:FOLDER_ID/...')."
+)
+
+
+def drive_credentials(token: Any) -> Any:
+    """google-auth credentials with Drive access for a ``gdrive://`` run directory.
+
+    Args:
+        token: ``storage_options["token"]``: google-auth credentials, the
+            path of a service-account key file, a raw OAuth access token,
+            or None for those of :func:`authenticate` or else the
+            application-default ones.
+
+    Raises:
+        NoCredentialsError: none could be found; the message says how to
+            get some.
+    """
+    if token is not None and not isinstance(token, str):
+        return token  # google-auth credentials
+    if isinstance(token, str) and os.path.exists(token):
+        from google.oauth2 import service_account
+
+        return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+            token, scopes=DRIVE_SCOPES
+        )
+    if isinstance(token, str):
+        import google.oauth2.credentials
+
+        register_secret(token)
+        return google.oauth2.credentials.Credentials(token)  # type: ignore[no-untyped-call]
+    if _authenticated is not None and _has_drive_scope(_authenticated):
+        return _authenticated
+    platform = no_drive_user_auth()
+    if platform is not None:
+        raise NoCredentialsError(
+            f"{platform} offers no Google Drive sign-in (neither drive.mount nor "
+            f"Drive access for authenticate_user), so a gdrive:// run_dir needs "
+            f"storage_options={{'token': '/path/to/key.json'}}: a service-account "
+            f"key whose account the folder is shared with "
+            f"('gdrive://id:FOLDER_ID/...'). Or use a Cloud Storage run_dir "
+            f"('gs://BUCKET/runs/NAME'), which works there with the platform's "
+            f"own credentials."
+        )
+    import google.auth
+    import google.auth.exceptions
+
+    try:
+        credentials, _ = google.auth.default(scopes=DRIVE_SCOPES)
+    except google.auth.exceptions.DefaultCredentialsError as exc:
+        raise NoCredentialsError(
+            f"No Google credentials found for Google Drive ({exc}). "
+            + HOW_TO_AUTHENTICATE_DRIVE
+        ) from None
+    return credentials
+
+
+def _has_drive_scope(credentials: Any) -> bool:
+    scopes = getattr(credentials, "scopes", None) or ()
+    # Colab's user credentials carry no scope list but include Drive.
+    return not scopes or any("auth/drive" in scope for scope in scopes)
+
+
+def no_drive_user_auth() -> str | None:
+    """The platform's name where Drive user sign-in is unavailable, else None.
+
+    Kaggle sets ``KAGGLE_KERNEL_RUN_TYPE``; Colab Enterprise (Vertex AI)
+    sets ``VERTEX_PRODUCT=COLAB_ENTERPRISE``.
+    """
+    if os.environ.get("KAGGLE_KERNEL_RUN_TYPE"):
+        return "Kaggle"
+    if os.environ.get("VERTEX_PRODUCT") == "COLAB_ENTERPRISE":
+        return "Colab Enterprise"
+    return None

@@ -24,7 +24,9 @@ What the protocol relies on, and every store must keep:
   objects as they are written. The commit rule (a manifest counts only if
   it is older than the next lease) and liveness (a lease is alive while
   its heartbeat is recent) compare these stamps with each other and with
-  ``server_time``, never with the reader's clock.
+  ``server_time``, never with the reader's clock. A store whose objects
+  become visible in two steps (Drive: upload, then the index names it)
+  reports both bounds of that moment (``visible_from``, ``updated``).
 * **Listing is recursive and objects only.** ``list(prefix)`` returns every
   object below ``prefix`` at any depth, with paths relative to the run
   directory, and no "directories"; a missing prefix is an empty list. A
@@ -60,12 +62,28 @@ class ObjectInfo:
         updated: last modification, seconds since the epoch, by the
             server's clock.
         crc32c: the server's CRC32C (base64, GCS style) when it keeps one.
+        visible_from: where a store cannot stamp the moment an object became
+            visible exactly (Drive: its file is uploaded, then named in the
+            run's index), the earliest it can have been, with ``updated``
+            the latest; None where ``updated`` is that moment (a GCS
+            object's creation). The commit rule needs both bounds.
     """
 
     path: str
     size: int
     updated: float
     crc32c: str | None = None
+    visible_from: float | None = None
+
+    @property
+    def visible_by(self) -> float:
+        """The latest the object can have become visible (server's clock)."""
+        return self.updated
+
+    @property
+    def visible_since(self) -> float:
+        """The earliest the object can have become visible (server's clock)."""
+        return self.updated if self.visible_from is None else self.visible_from
 
 
 class Store(abc.ABC):
@@ -82,9 +100,13 @@ class Store(abc.ABC):
         protocol: the URL's scheme.
         root: the run directory's path inside the store.
         principal: who the store acts as, for messages ("the local user").
+        heartbeat_seconds: the interval between heartbeats this kind of
+            storage wants when the user chose none (a service with tight
+            per-user quotas); None: the product's default.
     """
 
     principal = "the local user"
+    heartbeat_seconds: float | None = None
 
     def __init__(
         self, url: str, protocol: str, root: str, storage_options: dict[str, Any]
@@ -259,3 +281,5 @@ class Store(abc.ABC):
 
 
 GCS_PROTOCOLS = ("gs", "gcs")
+# Schemes served by a store of ours that no fsspec filesystem stands behind.
+DRIVE_PROTOCOLS = ("gdrive",)

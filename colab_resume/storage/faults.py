@@ -47,6 +47,10 @@ def is_transient(exc: BaseException) -> bool:
         return False
     if isinstance(exc, (ValueError, TypeError, KeyError)):
         return False
+    # A store that knows better says so (Drive's 403 "rate limit exceeded").
+    verdict = getattr(exc, "transient", None)
+    if isinstance(verdict, bool):
+        return verdict
     status = http_status(exc)
     if status is not None:
         return status in TRANSIENT_STATUSES or status == 401

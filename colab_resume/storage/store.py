@@ -32,7 +32,8 @@ from colab_resume.errors import (
     TooManyObjectsError,
     UnsupportedURLError,
 )
-from colab_resume.storage.backend import ObjectInfo, Store
+from colab_resume.storage import drivefs
+from colab_resume.storage.backend import DRIVE_PROTOCOLS, ObjectInfo, Store
 from colab_resume.storage.faults import is_forbidden
 from colab_resume.storage.records import MAX_RECORD_BYTES, decode
 from colab_resume.storage.retry import RetryHook, RetryPolicy, call_with_retry
@@ -73,6 +74,13 @@ def split_url(url: str) -> tuple[str, str]:
             )
     protocol, _ = fsspec.core.split_protocol(text)
     protocol = protocol or "file"
+    routed = drivefs.route(text) if protocol == "file" else None
+    if routed is not None:  # never a local path on the Drive mount
+        protocol, text = "gdrive", routed
+    if protocol in DRIVE_PROTOCOLS:  # our own store: no fsspec filesystem
+        path = text.split("://", 1)[1].strip("/")
+        store_class(protocol).validate_url(text, path)
+        return protocol, path
     try:
         cls = fsspec.get_filesystem_class(protocol)
     except ValueError:

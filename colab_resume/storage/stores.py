@@ -7,7 +7,7 @@ the other way round.
 
 from __future__ import annotations
 
-from colab_resume.storage.backend import GCS_PROTOCOLS, Store
+from colab_resume.storage.backend import DRIVE_PROTOCOLS, GCS_PROTOCOLS, Store
 
 
 def store_class(protocol: str) -> type[Store]:
@@ -24,6 +24,10 @@ def store_class(protocol: str) -> type[Store]:
         from colab_resume.storage.gcs import GcsStore
 
         return GcsStore
+    if protocol in DRIVE_PROTOCOLS:
+        from colab_resume.storage.drive import DriveStore
+
+        return DriveStore
     from colab_resume.storage.fsspec_store import FsspecStore
 
     return FsspecStore

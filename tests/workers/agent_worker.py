@@ -114,9 +114,9 @@ def main() -> int:
             steps_done["raised"] = True
             raise tf.errors.UnavailableError(None, None, "Socket closed")
 
-    options = (
-        {"token": "anon", "endpoint_url": args.endpoint} if args.endpoint else None
-    )
+    from drive_emulator import emulator_options
+
+    options = emulator_options(args.run_dir, args.endpoint) if args.endpoint else None
     credentials = None
     if args.expiring_token and options:
         from fake_credentials import ExpiringCredentials

@@ -56,9 +56,9 @@ def main() -> int:
             return dataclasses.replace(real, boot_id=str(uuid.uuid4()))
         return real
 
-    options = (
-        {"token": "anon", "endpoint_url": args.endpoint} if args.endpoint else None
-    )
+    from drive_emulator import emulator_options
+
+    options = emulator_options(args.run_dir, args.endpoint) if args.endpoint else None
     storage = Storage(args.run_dir, options)
     session_options = SessionOptions(
         heartbeat_seconds=args.heartbeat,

@@ -35,13 +35,14 @@ def main() -> int:
     parser.add_argument("--log", required=True)
     args = parser.parse_args()
 
+    from drive_emulator import emulator_options
     from support.starting import wait_for_go
 
     from colab_resume.errors import FencedError, LeaseRaceError
     from colab_resume.heartbeat import RunSession, SessionOptions
     from colab_resume.storage import Storage
 
-    storage = Storage(args.run_dir, {"token": "anon", "endpoint_url": args.endpoint})
+    storage = Storage(args.run_dir, emulator_options(args.run_dir, args.endpoint))
     storage.check()  # warm the connection so racers start together
     wait_for_go(args.go)
     log = open(args.log, "a", buffering=1)

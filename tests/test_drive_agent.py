@@ -1,0 +1,97 @@
+"""An agent on a Drive run directory, end to end, on the Drive API emulator.
+
+A real training process (tests/workers/agent_worker.py: Keras on
+TensorFlow, 2 CPU replicas, op determinism) is SIGKILLed at a random step,
+and a second one resumes from Drive: its variables must equal an
+uninterrupted run's bit for bit. Then the CLI answers about that run
+(``status``, ``ls``, ``report``, ``prune``) in a process of its own, as
+from a laptop.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+from support import Result, run_cli, run_worker
+from support import assert_bitwise_equal as assert_same_bits
+
+from colab_resume.protocol import rundir
+from colab_resume.storage import Storage
+
+TOTAL_STEPS = 36  # 3 epochs x 12 steps, a checkpoint every 5
+SAVE_EVERY = 5
+
+
+def train(
+    run_dir: str, out: str, *args: str, endpoint: str | None = None, expect_rc: int = 0
+) -> Result:
+    endpoint_args = ("--endpoint", endpoint) if endpoint else ()
+    return run_worker(
+        "agent_worker", run_dir, out, *args, *endpoint_args, expect_rc=expect_rc
+    )
+
+
+def steps_here(result: Result) -> int:
+    return int(result.last("DONE").split("steps_here=")[1])
+
+
+def test_fit_killed_at_a_random_step_resumes_bitwise_from_drive(
+    drive_run_dir, drive_emulator, drive_options, tmp_path
+) -> None:
+    reference = str(tmp_path / "reference.npz")
+    assert steps_here(train(str(tmp_path / "local-run"), reference)) == TOTAL_STEPS
+
+    kill_at = random.Random().randint(2, TOTAL_STEPS - 2)
+    print(f"killing at step {kill_at}")  # shown on failure: the draw to replay
+    out = str(tmp_path / "w.npz")
+    killed = train(
+        drive_run_dir,
+        out,
+        *("--kill-at-step", str(kill_at), "--heartbeat-seconds", "10"),
+        endpoint=drive_emulator.url,
+        expect_rc=-9,
+    )
+    # The kill landed during training, at the drawn step.
+    assert f"KILLING at step {kill_at}" in killed.stdout
+    assert "DONE" not in killed.stdout
+    resumed = train(drive_run_dir, out, endpoint=drive_emulator.url)
+    # From the newest checkpoint committed before the kill (a kill at a save
+    # step lands while that one uploads: then the one before).
+    newest = kill_at // SAVE_EVERY * SAVE_EVERY
+    assert steps_here(resumed) in (
+        TOTAL_STEPS - newest,
+        TOTAL_STEPS - newest + SAVE_EVERY,
+    )
+    assert_same_bits(reference, out, must_contain=["seed_generator"])
+    assert any("adam" in name.lower() for name in np.load(out).files)
+
+    # The CLI, in its own process, with the emulator's endpoint and token.
+    flags = ["--endpoint-url", drive_emulator.url, "--token", drive_options["token"]]
+    status = run_cli("status", drive_run_dir, "--json", *flags)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["state"] == "COMPLETED"
+    listing = run_cli("ls", drive_run_dir, "--json", *flags)
+    assert listing.returncode == 0, listing.stderr
+    checkpoints = json.loads(listing.stdout)["checkpoints"]
+    assert sum(c["committed"] for c in checkpoints) >= 2
+    picture = tmp_path / "report.png"
+    drawn = run_cli("report", drive_run_dir, "-o", str(picture), *flags, timeout=120)
+    assert drawn.returncode == 0, drawn.stderr
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # both sessions' history
+    pruned = run_cli("prune", drive_run_dir, "--keep", "1", *flags)
+    assert pruned.returncode == 0, pruned.stderr
+    storage = Storage(drive_run_dir, drive_options)
+    left = {o.path.split("/")[1] for o in storage.list(rundir.CHECKPOINT_DIR)}
+    assert len(left) == 1, left
+    # Deleted for good: no file of a pruned checkpoint is left in the folder.
+    store = storage.store
+    folder = store._run_folder(create=False, timeout=10)  # type: ignore[attr-defined]
+    names = {
+        raw["name"]
+        for raw in store.api.children(  # type: ignore[attr-defined]
+            f"'{folder}' in parents", "id,name", timeout=10
+        )
+    }
+    assert {n.split("/")[1] for n in names if n.startswith("checkpoints/")} == left
