@@ -135,6 +135,11 @@ def main() -> None:
                 "resumed_at": restored[-1].step if restored else None,
                 "changes": changed,
                 "stopped": agent.stopped,
+                "committed": [
+                    e.step
+                    for e in agent.events.recent(500)
+                    if e.kind == "checkpoint.committed"
+                ],
             },
             f,
         )
