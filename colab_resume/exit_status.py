@@ -14,6 +14,10 @@ STOPPED    5      nothing: someone asked it to stop (``stop()``, the panel);
                   the same number ``colab-resume watch`` uses for STOPPED
 RESTART    75     restart every process of the job: a peer host of a
                   multi-host run died (``EX_TEMPFAIL``: try again)
+(134)      134    not ours: in a multi-process JAX job, the survivors of the
+                  coordinator's (process 0's) death are aborted by JAX itself
+                  (SIGABRT) before any Python code runs. A launcher of a
+                  multi-process job treats 134 like 75: restart every process
 PREEMPTED  143    restart it: SIGTERM or a preemption notice, after the
                   final checkpoint (128 + SIGTERM, the shell convention)
 ========== ====== ============================================================

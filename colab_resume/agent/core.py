@@ -31,7 +31,7 @@ from colab_resume.agent.light import LightSession
 from colab_resume.agent.loop import RunLoop
 from colab_resume.agent.options import agent_options
 from colab_resume.agent.progress import Progress
-from colab_resume.agent.steps import StepHook
+from colab_resume.agent.steps import PAUSE_REFUSED, StepHook
 from colab_resume.backend.accelerator import Accelerator
 from colab_resume.backend.current import current as current_backend
 from colab_resume.events import EventLog
@@ -268,7 +268,14 @@ class Agent:
         self._controls.request_save()
 
     def pause(self) -> None:
-        """Checkpoint and hold at the next step boundary (heartbeats go on)."""
+        """Checkpoint and hold at the next step boundary (heartbeats go on).
+
+        Raises:
+            RuntimeError: in a multi-process run (the others would wait in
+                their next collective): use :meth:`stop` there.
+        """
+        if self._loop.multihost is not None:
+            raise RuntimeError(PAUSE_REFUSED)
         self._controls.pause()
 
     def resume(self) -> None:

@@ -487,6 +487,7 @@ class RunLoop:
             hooks=self.step_hooks,
             runtime=runtime_facts.facts(self.connection),
             stop_at=self.multihost.at_step if self.multihost else None,
+            agree=self.multihost.agree if self.multihost else None,
         )
         duties.step = start
         return duties

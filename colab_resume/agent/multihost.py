@@ -18,6 +18,13 @@ installed; :meth:`MultiHost.at_step` asks JAX's preemption sync point at
 every step instead, which becomes true on every process at the same step,
 and they all checkpoint there and end with
 :data:`~colab_resume.exit_status.PREEMPTED`.
+
+Saves and stops that one process alone would decide (a save-now, stop(),
+a save every T seconds) are agreed (:meth:`MultiHost.agree`): one small
+all-gather of every process's wishes at agreement steps about
+:data:`AGREE_EVERY_SECONDS` apart, the spacing in steps chosen by process
+0 from its step time (an all-gather costs milliseconds; one per step would
+slow a fast model).
 """
 
 from __future__ import annotations
@@ -44,6 +51,10 @@ from colab_resume.storage import Storage
 log = logging.getLogger(__name__)
 
 LOCAL_SCHEMES = ("", "file", "local")
+# Agreement steps this far apart in training time (a save-now or stop waits
+# up to this long); never more than MAX_AGREE_STEPS steps apart.
+AGREE_EVERY_SECONDS = 1.0
+MAX_AGREE_STEPS = 1000
 
 
 class MultiHost:
@@ -67,6 +78,8 @@ class MultiHost:
         self._seq = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._next_agree = 1
+        self._agreed_at = (0, time.monotonic())
 
     @property
     def index(self) -> int:
@@ -100,6 +113,33 @@ class MultiHost:
         """
         jax_distributed.agree("steps_per_epoch", steps_per_epoch or 0)
         jax_distributed.agree("the step restored from the run directory", step)
+        self._next_agree = step + 1
+        self._agreed_at = (step, time.monotonic())
+
+    def agree(self, step: int, wishes: int) -> int | None:
+        """Every process's ``wishes`` OR-ed, at an agreement step; else None.
+
+        Every process calls this at every step with the same steps, so they
+        meet in the all-gather at the same ones: the next one is process
+        0's choice, gathered with the wishes.
+        """
+        if step < self._next_agree:
+            return None
+        last_step, last_time = self._agreed_at
+        now = time.monotonic()
+        per_step = (now - last_time) / max(1, step - last_step)
+        spacing = (
+            MAX_AGREE_STEPS
+            if per_step <= 0
+            else max(1, min(MAX_AGREE_STEPS, int(AGREE_EVERY_SECONDS / per_step)))
+        )
+        rows = jax_distributed.allgather_ints([wishes, spacing])
+        agreed = 0
+        for row in rows:
+            agreed |= int(row[0])
+        self._next_agree = step + int(rows[0][1])
+        self._agreed_at = (step, now)
+        return agreed
 
     # --- per step ---------------------------------------------------------------
 

@@ -7,7 +7,11 @@ restore under other ones continues from the committed step with the data
 position and all state, and says in one event what changed. Bitwise
 equality with an uninterrupted run is promised only when none of these
 changed: another backend or replica count reduces in another order, and
-another precision computes other numbers.
+another precision computes other numbers. A multi-process run (JAX, one
+process per host) records its process count too: a checkpoint written by a
+2-host slice continues on one host (or 4) from its committed step, the
+replicated state read whole by whoever reads it, and the event names the
+change.
 """
 
 from __future__ import annotations
@@ -15,15 +19,19 @@ from __future__ import annotations
 from typing import Any
 
 from colab_resume import backend
+from colab_resume.backend import jax_distributed
 from colab_resume.events import EventLog
 
 KEY = "runtime"  # in a checkpoint's extras
-COMPARED = ("backend", "replicas", "precision", "kind")
+COMPARED = ("backend", "processes", "replicas", "precision", "kind")
 
 
 def facts(connection: Any) -> dict[str, Any]:
     """This session's runtime, as a checkpoint records it."""
-    found: dict[str, Any] = {"backend": backend.name()}
+    found: dict[str, Any] = {
+        "backend": backend.name(),
+        "processes": jax_distributed.process_count(),
+    }
     if connection is not None:
         found.update(
             kind=connection.kind,
@@ -40,8 +48,10 @@ def label(runtime: dict[str, Any]) -> str:
         str(runtime.get("backend")), str(runtime.get("backend"))
     )
     kind = str(runtime.get("kind", "?")).upper()
+    processes = runtime.get("processes", 1)
+    hosts = f" over {processes} processes" if processes != 1 else ""
     return (
-        f"{name} on {kind} x{runtime.get('replicas', '?')} "
+        f"{name} on {kind} x{runtime.get('replicas', '?')}{hosts} "
         f"({runtime.get('precision', '?')})"
     )
 
@@ -84,8 +94,8 @@ def announce(
         f"continuing on {label(now)} from a checkpoint written on "
         f"{label(saved)} ({', '.join(changed)}). Training resumes at step "
         f"{step} with the data position and all state; bitwise equality with "
-        f"an uninterrupted run holds only for the same backend, replica count "
-        f"and precision.{notes}",
+        f"an uninterrupted run holds only for the same backend, process and "
+        f"replica count, and precision.{notes}",
         level="warning",
         step=step,
         changes=changed,

@@ -4,6 +4,14 @@ Called from the training loop's own thread after every step, so it must be
 cheap when nothing is due: report progress to the heartbeat (a dict
 update), surface background errors (uploads, fencing), honour pause / stop
 / save-now requests, and save when a trigger says so.
+
+In a multi-process run every process must save and stop at the same step,
+or the others wait in their next collective. A save every N steps is the
+same everywhere; a save-now, a stop, or a trigger of the clock (every T
+seconds, the VM's lifetime) is one process's wish until the processes agree
+on it: at the agreement steps (``agree``) every process's wishes are
+gathered, and what any of them wants, all of them do at that step. Pause
+would need an agreement while paused and is refused there.
 """
 
 from __future__ import annotations
@@ -23,6 +31,14 @@ from colab_resume.heartbeat import RunSession
 log = logging.getLogger(__name__)
 
 StepHook = Callable[[int], None]  # called with the step after its duties
+# One process's wishes, as bits for the agreement.
+WISH_SAVE = 1
+WISH_STOP = 2
+PAUSE_REFUSED = (
+    "pause() is not supported in a multi-process run: the other processes "
+    "would wait in their next collective. Use stop() (every process saves "
+    "and stops at one step) and start the job again to continue."
+)
 
 
 class StepDuties:
@@ -43,6 +59,9 @@ class StepDuties:
         stop_at: called with each step before the stop check; True: stop
             there as a preemption (a multi-process run's preemption sync
             point), so the run ends PREEMPTED.
+        agree: a multi-process run's agreement (see the module docstring):
+            called with the step and this process's wishes, returns every
+            process's wishes OR-ed at an agreement step, else None.
     """
 
     def __init__(
@@ -59,6 +78,7 @@ class StepDuties:
         hooks: list[StepHook] | None = None,
         runtime: dict[str, Any] | None = None,
         stop_at: Callable[[int], bool] | None = None,
+        agree: Callable[[int, int], int | None] | None = None,
     ) -> None:
         self.session = session
         self.manager = manager
@@ -72,6 +92,8 @@ class StepDuties:
         self.hooks = hooks if hooks is not None else []
         self.runtime = runtime
         self.stop_at = stop_at
+        self.agree = agree
+        self._wishes = 0  # not yet agreed (multi-process)
         self.step = 0
         self.consistent = True  # False while a step is half-applied
 
@@ -87,6 +109,8 @@ class StepDuties:
         self.manager.check()  # a failed background upload?
         if self.stop_at is not None and self.stop_at(step):
             self.controls.preempt("the preemption sync point")
+        elif self.agree is not None:
+            return self._after_step_agreed(step)
         if self.controls.take_save_request():
             self.triggers.save_now()
         if self.controls.paused:
@@ -99,6 +123,39 @@ class StepDuties:
             self._call_hooks(step)
             return True
         reason = self.triggers.due(step)
+        if reason is not None:
+            self.save(step, reason=reason)
+        self.tick()
+        self._call_hooks(step)
+        return False
+
+    def _after_step_agreed(self, step: int) -> bool:
+        """:meth:`after_step`'s requests and triggers, agreed across processes."""
+        if self.controls.take_save_request():
+            self._wishes |= WISH_SAVE
+        if self.controls.stop_requested:
+            self._wishes |= WISH_STOP
+        if self.controls.paused:
+            self.controls.resume()
+            self.events.emit("run.pause_refused", PAUSE_REFUSED, level="error")
+        if self.triggers.due(step) not in (None, "steps"):
+            self._wishes |= WISH_SAVE  # the clock's, or a request: agree first
+        reason = "steps" if self.triggers.steps_due(step) else None
+        agreed = self.agree(step, self._wishes) if self.agree else None
+        if agreed is not None:
+            self._wishes = 0
+            if agreed & WISH_STOP:
+                self.controls.stop()  # on every process: the run ends STOPPED
+                self.save(step, reason="stop")
+                self.events.emit(
+                    "run.stopping",
+                    f"stop requested; every process saved step {step}",
+                    step=step,
+                )
+                self._call_hooks(step)
+                return True
+            if agreed & WISH_SAVE:
+                reason = "agreed"
         if reason is not None:
             self.save(step, reason=reason)
         self.tick()

@@ -112,6 +112,19 @@ class SaveTriggers:
             return "seconds"
         return None
 
+    def steps_due(self, step: int) -> bool:
+        """Whether the every-N-steps trigger alone is due at ``step``.
+
+        The one trigger that is the same on every process of a
+        multi-process run; the others are agreed first.
+        """
+        every = self.options.every_steps
+        return (
+            step != self._last_step
+            and every is not None
+            and (step - self._last_step >= every)
+        )
+
     def saved(self, step: int, reason: str | None = None) -> None:
         """Record that a save at ``step`` was taken (resets the intervals)."""
         self._last_step = step

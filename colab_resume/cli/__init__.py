@@ -45,7 +45,7 @@ def _open(args: argparse.Namespace) -> Storage:  # imported lazily for speed
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from colab_resume.cli.watch import one_line, printable
+    from colab_resume.cli.watch import host_lines, one_line, printable
     from colab_resume.heartbeat.liveness import read_status
 
     status = read_status(_open(args), dead_after_seconds=args.dead_after_seconds)
@@ -61,6 +61,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                     f"dead after {status.dead_after_s:.0f}s of silence"
                 )
             )
+        for line in host_lines(status):
+            print(printable(line))
     return 0
 
 
@@ -114,6 +116,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.processes == 2:
+        from colab_resume.demo_multihost import main as multihost_main
+
+        return multihost_main(run_dir=args.run_dir)
+    if args.processes != 1:
+        raise SystemExit("colab-resume demo: --processes is 1 or 2")
     from colab_resume.demo import main as demo_main
 
     return demo_main(run_dir=args.run_dir)
@@ -212,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="Train, die silently, detect it, resume.")
     demo.add_argument(
         "--run-dir", help="where to put the demo run (default: a temp dir)"
+    )
+    demo.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="2: one run on two JAX processes loses one and resumes (needs jax)",
     )
     demo.set_defaults(func=cmd_demo)
     return parser

@@ -72,6 +72,20 @@ def one_line(status: RunStatus) -> str:
     )
 
 
+def host_lines(status: RunStatus) -> list[str]:
+    """One line per process of a multi-process run: its liveness, host, step."""
+    lines = []
+    for beat in status.processes:
+        age = "never" if beat.age_s is None else f"{beat.age_s:.0f}s ago"
+        lines.append(
+            f"  process {beat.process}: {beat.verdict.upper():<5} "
+            f"host {beat.host or '-'}  step {'-' if beat.step is None else beat.step}"
+            f"  {beat.state or '-'}  beat {age}"
+            + (f"  ({beat.why})" if beat.why else "")
+        )
+    return lines
+
+
 def alert_environment(status: RunStatus) -> dict[str, str]:
     """The run's facts as ``COLAB_RESUME_*`` variables for the alert command.
 
@@ -81,6 +95,8 @@ def alert_environment(status: RunStatus) -> dict[str, str]:
     """
     env = dict(os.environ)
     for key, value in status.to_json().items():
+        if key == "processes":  # e.g. "0:alive 1:dead", not a list of dicts
+            value = " ".join(f"{b.process}:{b.verdict}" for b in status.processes)
         text = "" if value is None else str(value).replace("\0", "")
         env[f"COLAB_RESUME_{key.upper()}"] = text[:MAX_ENV_VALUE_CHARS]
     return env

@@ -19,7 +19,8 @@ from typing import Any
 
 from colab_resume import defaults
 from colab_resume.errors import CorruptRecordError
-from colab_resume.heartbeat import process
+from colab_resume.heartbeat import hosts, process
+from colab_resume.heartbeat.hosts import HostBeat
 from colab_resume.heartbeat.lease import read_lease
 from colab_resume.protocol import rundir
 from colab_resume.protocol.listing import Lease, RunListing, read_leases
@@ -74,6 +75,8 @@ class RunStatus:
         run_dir: where the run lives.
         beat_step: the step the holder's last beat reported, which ``step``
             exceeds when the holder committed a checkpoint after it.
+        processes: in a multi-process run, each process's last beat and
+            verdict (:mod:`colab_resume.heartbeat.hosts`); empty otherwise.
     """
 
     state: str
@@ -89,6 +92,7 @@ class RunStatus:
     dead_after_s: float | None = None
     run_dir: str = ""
     beat_step: int | None = None
+    processes: tuple[HostBeat, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -103,6 +107,7 @@ def judge(
     dead_after: float,
     stall_after: float,
     gone: str | None = None,
+    dead_host: str | None = None,
 ) -> tuple[str, str]:
     """The verdict and its one-line reason. Pure; see the module docstring.
 
@@ -115,6 +120,8 @@ def judge(
         stall_after: time without step progress that makes it stalled.
         gone: proof that the holder's process no longer runs
             (:func:`~colab_resume.heartbeat.process.proof_of_death`).
+        dead_host: why one process of a multi-process run is dead
+            (:func:`~colab_resume.heartbeat.hosts.dead_host`): the run is.
     """
     if done:
         return COMPLETED, "training finished (DONE.json written)"
@@ -134,6 +141,8 @@ def judge(
         )
     if gone is not None:
         return DEAD, f"{gone}; the run can be taken at once"
+    if dead_host is not None:
+        return DEAD, f"{dead_host}; the run can be taken at once"
     if age > dead_after:
         silence = f"{age:.0f}s" if age != float("inf") else "a trustworthy time"
         return DEAD, f"no heartbeat for {silence} (dead after {dead_after:.0f}s)"
@@ -159,6 +168,7 @@ class HolderView:
     last_sign: float | None  # server time of the last sign of life
     problems: tuple[str, ...] = ()
     lease_info: ObjectInfo | None = None
+    hosts: tuple[HostBeat, ...] = ()  # a multi-process lease's, unjudged
 
 
 def sign_age(holder: HolderView, now: float) -> tuple[float | None, str | None]:
@@ -217,8 +227,33 @@ def read_holder(
         problems.append(str(exc))
     last_sign = max(lease_info.updated, beat_info.updated if beat_info else 0.0)
     return HolderView(
-        number, record, beat, beat_info, last_sign, tuple(problems), lease_info
+        number,
+        record,
+        beat,
+        beat_info,
+        last_sign,
+        tuple(problems),
+        lease_info,
+        hosts.read_beats(storage, number),
     )
+
+
+def judge_hosts(
+    holder: HolderView, now: float, dead_after: float
+) -> tuple[tuple[HostBeat, ...], str | None]:
+    """A multi-process holder's hosts, judged at server time ``now``.
+
+    Returns:
+        Each process's beat with its verdict, and why the run is dead for
+        one of them (None: every host lives, or a single-process lease).
+    """
+    if not holder.hosts or holder.lease_info is None:
+        return (), None
+    lease_age = max(0.0, now - holder.lease_info.updated)
+    judged = hosts.judge(
+        holder.hosts, now=now, dead_after=dead_after, lease_age=lease_age
+    )
+    return judged, hosts.dead_host(judged)
 
 
 def thresholds(
@@ -268,12 +303,14 @@ def read_status(
     done = storage.exists(rundir.DONE_RECORD)
     holder = read_holder(storage, listing.leases)
     problems = list(holder.problems)
-    age, problem = sign_age(holder, storage.server_time())
+    now = storage.server_time()
+    age, problem = sign_age(holder, now)
     problems += [problem] if problem else []
     record, beat = holder.lease_record, holder.beat
     dead_after, stall_after = thresholds(
         record, dead_after=dead_after_seconds, stall_after=stall_after_seconds
     )
+    judged, dead_host = judge_hosts(holder, now, dead_after)
     state, detail = judge(
         done=done,
         lease=record,
@@ -282,6 +319,7 @@ def read_status(
         dead_after=dead_after,
         stall_after=stall_after,
         gone=process.proof_of_death(record, process.this_process()),
+        dead_host=dead_host,
     )
     if problems:
         detail += "; " + "; ".join(problems)
@@ -300,6 +338,7 @@ def read_status(
         dead_after_s=dead_after,
         run_dir=storage.url,
         beat_step=beat_step,
+        processes=judged,
     )
 
 

@@ -372,9 +372,11 @@ def _wait_for_verdict(
     first_sign = holder.last_sign
     next_report = float("inf")
     while True:
-        age, _ = liveness.sign_age(holder, storage.server_time())
+        now = storage.server_time()
+        age, _ = liveness.sign_age(holder, now)
         age = age if age is not None else float("inf")
         gone = process.proof_of_death(holder.lease_record, here)
+        _, dead_host = liveness.judge_hosts(holder, now, dead_after)
         state, detail = liveness.judge(
             done=False,
             lease=record,
@@ -383,6 +385,7 @@ def _wait_for_verdict(
             dead_after=dead_after,
             stall_after=stall_after,
             gone=gone,
+            dead_host=dead_host,
         )
         if state in liveness.FREE:
             events.emit(

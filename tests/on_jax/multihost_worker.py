@@ -66,6 +66,10 @@ def main() -> None:
     parser.add_argument("--dead-after", type=float, default=4.0)
     parser.add_argument("--step-delay", type=float, default=0.0)
     parser.add_argument("--steps-per-epoch", type=int, default=STEPS_PER_EPOCH)
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--save-every-seconds", type=float, default=None)
+    parser.add_argument("--stop-at", type=int, default=None)
+    parser.add_argument("--stop-process", type=int, default=None)
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = "jax"
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -75,20 +79,31 @@ def main() -> None:
     from colab_resume import Agent
 
     keras.utils.set_random_seed(1234)
+    # One process: no distributed runtime at all, as on a single host.
+    cluster = (
+        dict(
+            coordinator_address=f"127.0.0.1:{args.port}",
+            num_processes=args.processes,
+            process_id=args.process,
+            peer_dead_after_seconds=args.dead_after,
+        )
+        if args.processes > 1
+        else {}
+    )
     agent = Agent(
         args.run_dir,
         prefer="cpu",
         cpu_replicas=args.devices,
         save_every_steps=2,
+        save_every_seconds=args.save_every_seconds,
         heartbeat_seconds=1.0,
-        coordinator_address=f"127.0.0.1:{args.port}",
-        num_processes=args.processes,
-        process_id=args.process,
-        peer_dead_after_seconds=args.dead_after,
+        **cluster,  # type: ignore[arg-type]
     )
 
     def on_step(step: int) -> None:
         print(f"STEP {step}", flush=True)
+        if step == args.stop_at and args.process == args.stop_process:
+            agent.stop()  # this process alone: the others learn it by agreement
         if args.step_delay:
             time.sleep(args.step_delay)
 
@@ -96,7 +111,7 @@ def main() -> None:
     agent.fit(
         build_model,
         make_dataset,
-        epochs=EPOCHS,
+        epochs=args.epochs,
         steps_per_epoch=args.steps_per_epoch,
         verbose=0,
     )
@@ -112,11 +127,20 @@ def main() -> None:
     )
     restored = [e for e in agent.events.recent(200) if e.kind == "run.resumed_at"]
     changed = [
-        e.message for e in agent.events.recent(200) if e.kind.startswith("runtime.")
+        e.message for e in agent.events.recent(200) if e.kind == "run.runtime_changed"
     ]
     with open(os.path.join(args.out_dir, f"result.p{args.process}.json"), "w") as f:
         json.dump(
-            {"resumed_at": restored[-1].step if restored else None, "changes": changed},
+            {
+                "resumed_at": restored[-1].step if restored else None,
+                "changes": changed,
+                "stopped": agent.stopped,
+                "committed": [
+                    e.step
+                    for e in agent.events.recent(500)
+                    if e.kind == "checkpoint.committed"
+                ],
+            },
             f,
         )
     print("EXIT", flush=True)

@@ -42,11 +42,13 @@ pytestmark = pytest.mark.timeout(300)
 class Proc:
     """One worker process, its stdout read line by line on a thread."""
 
-    def __init__(self, run_dir: str, out: str, k: int, port: int, *extra: str) -> None:
+    def __init__(
+        self, run_dir: str, out: str, k: int, port: int, *extra: str, processes: int = 2
+    ) -> None:
         argv = [sys.executable, WORKER, run_dir, out, "--process", str(k)]
         argv += [
             "--processes",
-            "2",
+            str(processes),
             "--port",
             str(port),
             "--dead-after",
@@ -222,3 +224,73 @@ def test_checkpoint_missing_one_process_marker_is_never_restored(
     assert info is not None and info.name.dirname == older
     assert [name for name, _ in info.skipped] == [newest]
     assert "process(es) [1]" in info.skipped[0][1]
+
+
+def test_two_by_two_continues_on_one_by_two_naming_the_change(
+    tmp_path: str,
+) -> None:
+    """A 2-process slice's checkpoint read by one process with 2 devices
+    (the replicated DataParallel state is whole in it): training continues
+    from the committed step, and the event says processes 2 -> 1."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    finish(run_pair(run_dir, out, "--epochs", "1"))
+    committed = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))[-1]
+    step = rundir.CheckpointName.parse(committed).step  # type: ignore[union-attr]
+    assert step == TOTAL_STEPS // 3
+    single = Proc(run_dir, out, 0, 0, processes=1)
+    assert single.wait() == 0, single.text()
+    assert min(single.steps) == step + 1  # continued, not restarted
+    with open(os.path.join(out, "result.p0.json")) as f:
+        result = json.load(f)
+    assert result["resumed_at"] == step
+    (changed,) = result["changes"]
+    assert "processes 2 -> 1" in changed and "replicas 4 -> 2" in changed, changed
+    with open(os.path.join(run_dir, rundir.DONE_RECORD)) as f:
+        assert json.load(f)["final_step"] == TOTAL_STEPS
+
+
+def test_one_processs_stop_and_clock_saves_are_agreed(
+    reference: tuple[str, str], tmp_path: str
+) -> None:
+    """A save every 0.2 s (each process's own clock) and stop() called on
+    process 1 alone: every save and the stop happen at one step on both
+    (else process 0 would wait for a marker that never comes and fail), and
+    a restart ends bitwise equal to the uninterrupted run."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    stop_at = 7
+    pair = run_pair(
+        run_dir,
+        out,
+        "--step-delay",
+        "0.15",
+        "--save-every-seconds",
+        "0.2",
+        "--stop-at",
+        str(stop_at),
+        "--stop-process",
+        "1",
+    )
+    finish(pair)
+    stops = []
+    for k in (0, 1):
+        with open(os.path.join(out, f"result.p{k}.json")) as f:
+            assert json.load(f)["stopped"] is True
+        with open(os.path.join(run_dir, rundir.process_heartbeat_path(1, k))) as f:
+            stops.append(json.load(f)["step"])
+    assert stops[0] == stops[1] and stop_at <= stops[0] < TOTAL_STEPS, stops
+    assert max(pair[0].steps) == max(pair[1].steps) == stops[0]
+    names = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+    steps = [rundir.CheckpointName.parse(n).step for n in names]  # type: ignore[union-attr]
+    assert steps[-1] == stops[0]
+    # The clock's saves came between the every-2-steps ones, agreed (the
+    # oldest are pruned by now: process 0's commit events say it).
+    with open(os.path.join(out, "result.p0.json")) as f:
+        committed = json.load(f)["committed"]
+    assert any(step % 2 for step in committed), committed
+    for name in names:
+        listed = os.listdir(os.path.join(run_dir, "checkpoints", name))
+        assert rundir.MANIFEST in listed, (name, listed)
+    finish(run_pair(run_dir, out))
+    _, ref_out = reference
+    for k in (0, 1):
+        assert_bitwise(weights(out, k), weights(ref_out, k))
