@@ -4,8 +4,8 @@ A real training process (tests/workers/agent_worker.py: Keras on
 TensorFlow, 2 CPU replicas, op determinism) is SIGKILLed at a random step,
 and a second one resumes from Drive: its variables must equal an
 uninterrupted run's bit for bit. Then the CLI answers about that run
-(``status``, ``ls``, ``report``, ``prune``) in a process of its own, as
-from a laptop.
+(``status``, ``watch``, ``ls``, ``report``, ``prune``) in a process of its
+own, as from a laptop, and the monitor notebook's panel reads it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 from support import Result, run_cli, run_worker
 from support import assert_bitwise_equal as assert_same_bits
 
+import colab_resume as cr
 from colab_resume.protocol import rundir
 from colab_resume.storage import Storage
 
@@ -72,6 +73,11 @@ def test_fit_killed_at_a_random_step_resumes_bitwise_from_drive(
     status = run_cli("status", drive_run_dir, "--json", *flags)
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["state"] == "COMPLETED"
+    watched = run_cli("watch", drive_run_dir, "--interval", "0.2", *flags)
+    assert watched.returncode == 0 and "COMPLETED" in watched.stdout, watched.stderr
+    monitor = cr.panel(drive_run_dir, drive_options)  # the monitor notebook's panel
+    assert "completed" in monitor.badge.value
+    assert "run.completed" in monitor.events.value
     listing = run_cli("ls", drive_run_dir, "--json", *flags)
     assert listing.returncode == 0, listing.stderr
     checkpoints = json.loads(listing.stdout)["checkpoints"]
