@@ -31,7 +31,11 @@ from colab_resume.agent.light import LightSession
 from colab_resume.agent.loop import RunLoop
 from colab_resume.agent.options import agent_options
 from colab_resume.agent.progress import Progress
-from colab_resume.agent.steps import PAUSE_REFUSED, StepHook
+from colab_resume.agent.steps import (
+    ONLY_FIT_ACROSS_PROCESSES,
+    PAUSE_REFUSED,
+    StepHook,
+)
 from colab_resume.backend.accelerator import Accelerator
 from colab_resume.backend.current import current as current_backend
 from colab_resume.events import EventLog
@@ -245,7 +249,12 @@ class Agent:
         Returns:
             The state dict from ``build_state``, trained (also :attr:`state`).
 
+        Raises:
+            RuntimeError: in a multi-process run (only :meth:`fit` is split
+                over the processes so far).
         """
+        if self._loop.multihost is not None:
+            raise RuntimeError(ONLY_FIT_ACROSS_PROCESSES.format(what="agent.run"))
         driver = CustomLoop(
             build_state,
             make_dataset,
@@ -389,7 +398,11 @@ class Agent:
 
         Raises:
             ValueError: ``epochs`` or ``steps_per_epoch`` is not an int >= 1.
+            RuntimeError: in a multi-process run (only :meth:`fit` is split
+                over the processes so far).
         """
+        if self._loop.multihost is not None:
+            raise RuntimeError(ONLY_FIT_ACROSS_PROCESSES.format(what="agent.restore"))
         for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
             check_int(
                 name,

@@ -34,6 +34,13 @@ StepHook = Callable[[int], None]  # called with the step after its duties
 # One process's wishes, as bits for the agreement.
 WISH_SAVE = 1
 WISH_STOP = 2
+# agent.run and the lighter path hand the step to user code, which would
+# get each process's batch unsplit; only Keras' fit is split per process.
+ONLY_FIT_ACROSS_PROCESSES = (
+    "{what} is not supported in a multi-process run yet: only agent.fit "
+    "feeds each process its rows of every global batch. Use agent.fit, or "
+    "run {what} in one process."
+)
 PAUSE_REFUSED = (
     "pause() is not supported in a multi-process run: the other processes "
     "would wait in their next collective. Use stop() (every process saves "
