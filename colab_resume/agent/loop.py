@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from colab_resume import exit_status
-from colab_resume.agent import epoch_length, runtime_facts
+from colab_resume.agent import completed, epoch_length, runtime_facts
 from colab_resume.agent.callback import ModelState, StartPoint
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.driver import Driver
@@ -61,12 +61,10 @@ from colab_resume.checkpoint import (
     RestoredInfo,
     SaveTriggers,
 )
-from colab_resume.errors import CorruptRecordError, FencedError, StorageFullError
+from colab_resume.errors import FencedError, StorageFullError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
 from colab_resume.launch import notices
-from colab_resume.protocol import rundir
-from colab_resume.protocol.listing import read_leases
 from colab_resume.runtime import Connection, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
@@ -237,14 +235,16 @@ class RunLoop:
         self._stopped = False
         self._outcome = None
         self._ended_at = self._end_reason = None
-        done = self._completed_record()
-        if done is not None and not _asks_for_more(done, driver.total_steps):
-            self._load_completed(driver, strategy, done)
+        done = completed.read_done(self.storage)
+        if done is not None and not completed.asks_for_more(done, driver.total_steps):
+            completed.load_final_state(
+                self.storage, self.events, driver, strategy, done
+            )
             self._outcome = exit_status.NAMES[exit_status.COMPLETED]
             return
         session, manager = self.take_run()
         if done is not None:
-            self._reopen_completed(done, driver.total_steps)
+            completed.reopen(self.storage, self.events, done, driver.total_steps)
         self.progress.session_started(driver.total_steps, driver.steps_per_epoch)
         try:
             # Multi-host: a notice stopping one process alone would hang the
@@ -567,76 +567,6 @@ class RunLoop:
                 step=duties.step,
             )
 
-    def _completed_record(self) -> dict[str, Any] | None:
-        """DONE.json, or None while the run has not finished."""
-        try:
-            return self.storage.read_json(rundir.DONE_RECORD)
-        except FileNotFoundError:
-            return None
-        except CorruptRecordError:
-            return {}  # finished, with its plan unreadable: never extended
-
-    def _reopen_completed(self, done: dict[str, Any], total_steps: int | None) -> None:
-        """A finished run asked for more steps: it is training again."""
-        self.storage.delete(rundir.DONE_RECORD)
-        self.events.emit(
-            "run.extended",
-            f"the run had completed at step {done.get('final_step')}; continuing "
-            f"from its final state to step {total_steps}",
-            step=done.get("final_step"),
-        )
-
-    def _load_completed(
-        self, driver: Driver, strategy: Any, done: dict[str, Any] | None = None
-    ) -> None:
-        """The run finished before: rebuild and restore the final state."""
-        with strategy.scope():
-            driver.build()
-        reader = CheckpointManager(
-            self.storage,
-            lease=max([1] + [number for number, _ in read_leases(self.storage)]),
-            fence=_never_write,
-            events=self.events,
-        )
-        try:
-            info = reader.restore(driver.state)
-        finally:
-            reader.close()
-        epoch_length.check(info, driver.steps_per_epoch)
-        driver.restored(info)
-        self.events.emit(
-            "run.already_completed", _completed_message(done or {}, driver.total_steps)
-        )
-
-
-def _asks_for_more(done: dict[str, Any], total_steps: int | None) -> bool:
-    """True when a finished run that reached its planned end is asked to go on."""
-    final = done.get("final_step")
-    planned = done.get("planned_steps", final)  # older records: the final step
-    return (
-        isinstance(final, int)
-        and isinstance(planned, int)
-        and isinstance(total_steps, int)
-        and final == planned
-        and total_steps > planned
-    )
-
-
-def _completed_message(done: dict[str, Any], total_steps: int | None) -> str:
-    final = done.get("final_step")
-    planned = done.get("planned_steps", final)
-    if isinstance(final, int) and isinstance(planned, int) and final < planned:
-        return (
-            f"the run had finished at step {final} of {planned} (a callback such "
-            f"as EarlyStopping ended it); restored its final state"
-        )
-    if isinstance(final, int) and isinstance(total_steps, int) and total_steps < final:
-        return (
-            f"the run had completed at step {final}; asked for {total_steps} steps, "
-            f"it cannot go back: restored its final state (step {final})"
-        )
-    return "the run had completed; restored its final state"
-
 
 def _added(items: list[Any], item: Any) -> Callable[[], None]:
     """Append ``item`` to ``items``; returns what removes it (once, or never)."""
@@ -647,10 +577,6 @@ def _added(items: list[Any], item: Any) -> Callable[[], None]:
             items.remove(item)
 
     return remove
-
-
-def _never_write() -> None:
-    raise FencedError("this reader of a completed run never writes")
 
 
 @contextlib.contextmanager
