@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from colab_resume.errors import CorruptRecordError
+from colab_resume.errors import CorruptRecordError, UnsafePathError
 from colab_resume.protocol import rundir
 from colab_resume.storage import Storage
 
@@ -92,10 +92,18 @@ def _beat(
     """Process ``k``'s beat and its record (None: damaged); None: absent."""
     path = rundir.process_heartbeat_path(lease, k)
     try:
+        # An unsafe path (a symlinked heartbeat/) is refused, never read
+        # as a damaged beat: only the record's content may be damaged.
         info = storage.info(path)
-        record: Any = storage.read_json(path)
     except FileNotFoundError:
         return None
+    record: Any
+    try:
+        record = storage.read_json(path)
+    except FileNotFoundError:
+        return None
+    except UnsafePathError:
+        raise
     except CorruptRecordError:
         record = None
     if not isinstance(record, dict):
