@@ -6,6 +6,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+# Annotations only: the chooser names the protocol it returns, whose
+# module names the accelerator, which asks this chooser.
 if TYPE_CHECKING:
     from colab_resume.backend.base import Backend
 

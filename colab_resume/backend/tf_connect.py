@@ -26,6 +26,8 @@ from colab_resume.runtime.errors import (
     AcceleratorUnavailableError,
 )
 
+# Annotations only, never imported at run time: the accelerator makes this
+# connector and the connector calls back into it.
 if TYPE_CHECKING:
     from colab_resume.backend.accelerator import Accelerator
     from colab_resume.runtime.connection import Connection
