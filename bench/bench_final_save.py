@@ -15,7 +15,6 @@ Prints one markdown row per destination: median, min and max seconds.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import statistics
@@ -31,12 +30,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 
-def _load_emulator():
-    path = os.path.join(ROOT, "tests", "emulator.py")
-    spec = importlib.util.spec_from_file_location("_bench_emulator", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.Emulator
+# The GCS emulator, loaded as bench_checkpoint.py loads it (one copy).
+from bench_checkpoint import _load_emulator  # noqa: E402
 
 
 def final_saves(storage, state, repeats: int, work: str) -> list[float]:

@@ -21,7 +21,6 @@ NumPy allocated.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -37,13 +36,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 
-def _load_emulator():
-    path = os.path.join(ROOT, "tests", "emulator.py")
-    spec = importlib.util.spec_from_file_location("_bench_emulator", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.Emulator
-
+# The GCS emulator, loaded as bench_checkpoint.py loads it (one copy).
+from bench_checkpoint import _load_emulator  # noqa: E402
 
 WHEN = {
     "held": "held until every variable is updated (worst case)",
