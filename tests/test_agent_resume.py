@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 import pytest
-from support import Result, run_worker, wait_for, worker
 from support import assert_bitwise_equal as assert_same_bits
+from support import steps_here, train_agent, wait_for, worker
 
 from colab_resume.report.history import read_history
 from colab_resume.storage import Storage
@@ -23,17 +23,8 @@ from colab_resume.storage import Storage
 TOTAL_STEPS = 36  # 3 epochs x 12 steps, a checkpoint every 5
 
 
-def train(
-    run_dir: str, out: str, *args: str, endpoint: str | None = None, expect_rc: int = 0
-) -> Result:
-    endpoint_args = ("--endpoint", endpoint) if endpoint else ()
-    return run_worker(
-        "agent_worker", run_dir, out, *args, *endpoint_args, expect_rc=expect_rc
-    )
-
-
-def steps_here(result: Result) -> int:
-    return int(result.last("DONE").split("steps_here=")[1])
+# The agent worker, run and awaited (one helper for both suites).
+train = train_agent
 
 
 def assert_bitwise_equal(expected: str, actual: str) -> None:

@@ -14,8 +14,8 @@ import json
 import random
 
 import numpy as np
-from support import Result, run_cli, run_worker
 from support import assert_bitwise_equal as assert_same_bits
+from support import run_cli, steps_here, train_agent
 
 import colab_resume as cr
 from colab_resume.protocol import rundir
@@ -25,17 +25,8 @@ TOTAL_STEPS = 36  # 3 epochs x 12 steps, a checkpoint every 5
 SAVE_EVERY = 5
 
 
-def train(
-    run_dir: str, out: str, *args: str, endpoint: str | None = None, expect_rc: int = 0
-) -> Result:
-    endpoint_args = ("--endpoint", endpoint) if endpoint else ()
-    return run_worker(
-        "agent_worker", run_dir, out, *args, *endpoint_args, expect_rc=expect_rc
-    )
-
-
-def steps_here(result: Result) -> int:
-    return int(result.last("DONE").split("steps_here=")[1])
+# The agent worker, run and awaited (one helper for both suites).
+train = train_agent
 
 
 def test_fit_killed_at_a_random_step_resumes_bitwise_from_drive(

@@ -11,7 +11,16 @@
 """
 
 from support.compare import assert_bitwise_equal
-from support.processes import Process, Result, cli, run_cli, run_worker, worker
+from support.processes import (
+    Process,
+    Result,
+    cli,
+    run_cli,
+    run_worker,
+    steps_here,
+    train_agent,
+    worker,
+)
 from support.waiting import wait_for
 
 __all__ = [
@@ -21,6 +30,8 @@ __all__ = [
     "cli",
     "run_cli",
     "run_worker",
+    "steps_here",
+    "train_agent",
     "wait_for",
     "worker",
 ]

@@ -192,3 +192,19 @@ def run_cli(
 ) -> Result:
     """Run the CLI to its end; by default any exit code (tests check it)."""
     return cli(*args, env=env).finish(expect_rc, timeout)
+
+
+def train_agent(
+    run_dir: str, out: str, *args: str, endpoint: str | None = None, expect_rc: int = 0
+) -> Result:
+    """One run of ``tests/workers/agent_worker.py`` (``endpoint``: the
+    storage emulator's URL), awaited, with its expected exit code."""
+    endpoint_args = ("--endpoint", endpoint) if endpoint else ()
+    return run_worker(
+        "agent_worker", run_dir, out, *args, *endpoint_args, expect_rc=expect_rc
+    )
+
+
+def steps_here(result: Result) -> int:
+    """How many steps the agent worker trained in that run (its DONE line)."""
+    return int(result.last("DONE").split("steps_here=")[1])
