@@ -74,7 +74,12 @@ def test_training_through_5xx_resets_and_stalls_is_bitwise(
 def test_outage_longer_than_a_save_interval_waits_and_catches_up(
     reference, gcs_run_dir, gcs_options, fault_proxy, tmp_path
 ):
-    """Storage goes away for ~4 s (a save interval is ~1 s here) and comes back."""
+    """Storage goes away until a save has waited on it, then comes back.
+
+    The outage lasts until the worker reports that a save is blocked on the
+    upload the outage holds up (however slow a loaded machine makes steps),
+    and a while longer, so that the save that came due in it really waits.
+    """
     out, evs = str(tmp_path / "w.npz"), str(tmp_path / "events.json")
     proc = start(
         gcs_run_dir,
@@ -95,12 +100,23 @@ def test_outage_longer_than_a_save_interval_waits_and_catches_up(
         unless=proc.exited_early,
     )
     before = _committed_steps(direct)
-    fault_proxy.outage(4.0, kind="503")
+    fault_proxy.start_outage(kind="503")
+    try:
+        proc.skip_to("EVENT checkpoint.waiting", timeout=120)
+        wait_for(
+            lambda: fault_proxy.counts["outage"] >= 5,
+            60,
+            "five requests failed by the outage",
+            interval=0.1,
+        )
+    finally:
+        fault_proxy.end_outage()
     finish(proc)
     assert fault_proxy.counts["outage"] >= 5, fault_proxy.counts
     assert_bitwise_equal(reference, out)
     log = events(evs)
     assert kinds(log, "storage.retry")
+    assert kinds(log, "checkpoint.waiting")  # said so while it waited
     assert kinds(log, "checkpoint.stall")  # the next save waited for storage
     assert not kinds(log, "checkpoint.failed")
     committed = sorted(e["step"] for e in kinds(log, "checkpoint.committed"))

@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 PREFIX = "ckpt"
 # Waits shorter than this (the last file closing) are not worth a warning.
 STALL_REPORT_SECONDS = 0.05
+# A save blocked this long on the previous upload says so while it waits:
+# during a storage outage training stops, and the panel should say why.
+WAITING_REPORT_SECONDS = 1.0
 # Memory the uploads of a save may hold beyond the snapshot: this share of
 # the state, and never less than this floor (see staging_bytes).
 STAGING_SHARE = 16
@@ -282,7 +285,15 @@ class CheckpointManager:
         if not self._uploader.busy:
             return
         started = self._clock()
-        self._uploader.wait()
+        if not self._uploader.wait(WAITING_REPORT_SECONDS):
+            self._events.emit(
+                "checkpoint.waiting",
+                f"saving step {step} waits for the previous upload "
+                f"(running {self._clock() - started:.1f}s so far)",
+                level="warning",
+                step=step,
+            )
+            self._uploader.wait()
         waited = self._clock() - started
         if waited < STALL_REPORT_SECONDS:
             self.check()

@@ -17,6 +17,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -108,15 +109,26 @@ class Process:
 
     def expect(self, prefix: str, timeout: float = 30.0) -> str:
         """The next stdout line, which must start with ``prefix``."""
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(
-                f"no {prefix!r} line within {timeout}s from {self.argv}; "
-                f"stderr:\n{self.stderr[-4000:]}"
-            ) from None
+        line = self._next_line(prefix, timeout)
         assert line.startswith(prefix), f"expected {prefix!r}, got {line!r}"
         return line
+
+    def skip_to(self, prefix: str, timeout: float = 30.0) -> str:
+        """The first stdout line from now that starts with ``prefix``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._next_line(prefix, max(0.0, deadline - time.monotonic()))
+            if line.startswith(prefix):
+                return line
+
+    def _next_line(self, prefix: str, timeout: float) -> str:
+        try:
+            return self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(
+                f"no {prefix!r} line within {timeout:.0f}s from {self.argv}; "
+                f"stderr:\n{self.stderr[-4000:]}"
+            ) from None
 
     def exited_early(self) -> str | None:
         """For :func:`support.wait_for`'s ``unless``: why waiting is pointless."""

@@ -145,7 +145,11 @@ def main() -> int:
 
         def record(event) -> None:
             seen.append(event)  # all of them: recent() keeps only 500
-            if event.kind in ("checkpoint.restored", "checkpoint.committed"):
+            if event.kind in (
+                "checkpoint.restored",
+                "checkpoint.committed",
+                "checkpoint.waiting",
+            ):
                 print(f"EVENT {event.kind} step={event.step}", flush=True)
             if event.kind == "run.stopped":
                 outcome = event.data.get("outcome")
