@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 
@@ -55,11 +56,24 @@ def kill_step(total: int, rng: random.Random) -> int:
     return rng.choice(choices)
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """A workload's uninterrupted run (run directory, outputs), made once."""
+    made: dict[str, tuple[str, str]] = {}
+
+    def get(workload: str) -> tuple[str, str]:
+        if workload not in made:
+            base = tmp_path_factory.mktemp(f"reference-{workload}")
+            made[workload] = (str(base / "run"), str(base / "out"))
+            work(workload, *made[workload])
+        return made[workload]
+
+    return get
+
+
 @pytest.mark.parametrize("workload", ["convnet", "gan", "vae", "mixed_precision"])
-def test_killed_at_a_random_step_resumes_bitwise(workload, tmp_path):
-    reference_dir = str(tmp_path / "reference")
-    work(workload, str(tmp_path / "reference-run"), reference_dir)
-    expected, expected_weights = outcome(reference_dir)
+def test_killed_at_a_random_step_resumes_bitwise(workload, reference, tmp_path):
+    expected, expected_weights = outcome(reference(workload)[1])
     total = expected["steps_here"]
 
     rng = random.Random(f"{SEED}-{workload}")
@@ -88,11 +102,11 @@ def test_killed_at_a_random_step_resumes_bitwise(workload, tmp_path):
     assert actual["warnings"] == expected["warnings"] == [], where
 
 
-def test_an_accelerator_lost_inside_the_session_is_recovered_bitwise(tmp_path):
+def test_an_accelerator_lost_inside_the_session_is_recovered_bitwise(
+    reference, tmp_path
+):
     """In-session recovery rolls the callbacks back with the model."""
-    reference_dir = str(tmp_path / "reference")
-    work("convnet", str(tmp_path / "reference-run"), reference_dir)
-    expected, expected_weights = outcome(reference_dir)
+    expected, expected_weights = outcome(reference("convnet")[1])
     step = kill_step(expected["steps_here"], random.Random(f"{SEED}-lost"))
     out_dir = str(tmp_path / "out")
     work("convnet", str(tmp_path / "run"), out_dir, "--unavailable-at-step", str(step))
@@ -108,16 +122,19 @@ def test_an_accelerator_lost_inside_the_session_is_recovered_bitwise(tmp_path):
         assert actual[key] == expected[key], f"{where} {key}"
 
 
-def test_a_completed_run_asked_for_more_epochs_continues_exactly(tmp_path):
+def test_a_completed_run_asked_for_more_epochs_continues_exactly(reference, tmp_path):
     """The everyday "train 20 more": as if the longer run had been planned."""
     reference_dir = str(tmp_path / "reference")
     work("vae", str(tmp_path / "reference-run"), reference_dir, "--epochs", "6")
     expected, expected_weights = outcome(reference_dir)
 
-    run_dir, out_dir = str(tmp_path / "run"), str(tmp_path / "out")
-    work("vae", run_dir, out_dir, "--epochs", "4")
-    first, _ = outcome(out_dir)
+    # A copy of the workload's own completed run (its 4 epochs) is extended.
+    completed_run, completed_out = reference("vae")
+    first, _ = outcome(completed_out)
     assert first["history"]["epoch"] == [0, 1, 2, 3]
+    run_dir, out_dir = str(tmp_path / "run"), str(tmp_path / "out")
+    shutil.copytree(completed_run, run_dir)
+    shutil.copytree(completed_out, out_dir)
     work("vae", run_dir, out_dir, "--epochs", "6")
     actual, actual_weights = outcome(out_dir)
 
