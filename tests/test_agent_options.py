@@ -28,7 +28,7 @@ _NAMES = (
     "recovery_backoff_seconds, lifetime_seconds, storage_retry_seconds, run_id, "
     "reset_data_fingerprints, exit_on_preemption, preemption_notices, on_done, "
     "distributed, coordinator_address, num_processes, "
-    "process_id, peer_dead_after_seconds"
+    "process_id, peer_dead_after_seconds, data_sharding"
 )
 _RUN_ID = "1-128 letters, digits, '.', '_' or '-' (or None)"
 
@@ -276,6 +276,7 @@ def test_the_defaults_are_the_parts_defaults():
         "num_processes": None,
         "process_id": None,
         "peer_dead_after_seconds": 30.0,
+        "data_sharding": "global",
     }
     assert options.recovery == RetryPolicy(initial_seconds=2.0, max_seconds=8.0)
 

@@ -310,6 +310,7 @@ def start(
     # JAX's own heartbeat timeout aborts a process: ours must come first.
     timeout = int(max(100.0, 4 * options.peer_dead_after_seconds))
     facts = jax_distributed.start(cluster, heartbeat_timeout_seconds=timeout)
+    jax_distributed.set_data_sharding(options.data_sharding)
     if storage.protocol in LOCAL_SCHEMES and not facts.same_machine:
         raise jax_distributed.ClusterError(
             f"run_dir {storage.url!r} is a host-local path, but the {facts.count} "
