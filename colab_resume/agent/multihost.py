@@ -80,6 +80,7 @@ class MultiHost:
         self._stop = threading.Event()
         self._next_agree = 1
         self._agreed_at = (0, time.monotonic())
+        self._states: dict[int, Any] = {}  # each peer's last beat's state
 
     @property
     def index(self) -> int:
@@ -179,10 +180,16 @@ class MultiHost:
         error with every peer alive is the caller's to raise.
         """
         if isinstance(exc, (KeyboardInterrupt, jax_distributed.ClusterError)):
+            # Every process raises a disagreement at once: a peer's "failed"
+            # beat must not turn this process's error into a RESTART.
+            self._stop.set()
             return
+        self._failing = True
+        self._state = "failed"  # peers failing the same way see it at once
+        self._beat()
         deadline = time.monotonic() + self.options.peer_dead_after_seconds
         while time.monotonic() < deadline:
-            if self._dead_peer is not None:
+            if self._dead_peer is not None or self._all_peers_failed():
                 break
             time.sleep(0.2)
         if self._dead_peer is not None or _is_collective_error(exc):
@@ -193,6 +200,10 @@ class MultiHost:
     # --- beats and the watch ------------------------------------------------------
 
     _dead_peer: int | None = None
+    # This process is ending on an error of its own: a peer whose last beat
+    # says "failed" did too (the same data error, typically), which is no
+    # reason to restart the slice.
+    _failing = False
 
     def _start_watch(self) -> None:
         if self._thread is not None:
@@ -249,8 +260,12 @@ class MultiHost:
             beat = None
         except Exception:  # storage trouble is not a peer's death
             return False
-        if isinstance(beat, dict) and beat.get("state") in ("failed", "restart"):
+        state = beat.get("state") if isinstance(beat, dict) else None
+        self._states[peer] = state
+        if state == "restart" or (state == "failed" and not self._failing):
             return True
+        if state == "failed":
+            return False  # it ended on its own error, as this process does
         mark = beat.get("seq") if isinstance(beat, dict) else None
         seen = self._seen.get(peer)
         if seen is None or seen[0] != mark:
@@ -259,6 +274,10 @@ class MultiHost:
         if isinstance(beat, dict) and beat.get("state") in ("completed", "stopped"):
             return False
         return now - seen[1] > self.options.peer_dead_after_seconds
+
+    def _all_peers_failed(self) -> bool:
+        peers = [k for k in range(self.count) if k != self.index]
+        return all(self._states.get(k) == "failed" for k in peers)
 
     def _restart(self, why: str) -> None:
         """End this process now with RESTART (JAX's shutdown would wait on the dead)."""

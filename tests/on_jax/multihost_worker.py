@@ -2,7 +2,7 @@
 
     python tests/on_jax/multihost_worker.py RUN_DIR OUT_DIR --process K
         --processes N --port P [--devices D] [--dead-after S] [--step-delay T]
-        [--loop fit|run] [--data global|per-process [--short-shard K]]
+        [--loop fit|run] [--data global|per-process [--change-shard K:HOW]]
 
 Every process of the job runs this with its own ``--process``; they meet
 at the coordinator on 127.0.0.1:P (process 0 serves it). Each process has
@@ -16,7 +16,8 @@ written against Keras' stateless API under ``jax.jit`` (the same code on
 one process or many). ``--data per-process`` makes ``make_dataset`` yield
 only this process's rows (``data_sharding="per_process"``): the same rows
 the agent would have fed it, so the run is bitwise equal to a global one;
-``--short-shard K`` drops one row from process K's batches.
+``--change-shard K:short`` drops one row from process K's batches,
+``K:reversed`` reverses their rows.
 """
 
 from __future__ import annotations
@@ -48,15 +49,20 @@ def make_dataset(epoch: int, skip: int = 0) -> list[tuple[object, object]]:
     ]
 
 
-def own_rows(make: object, short: bool) -> object:
-    """``make``'s batches cut to this process's rows (one fewer if ``short``)."""
+def own_rows(make: object, change: str | None) -> object:
+    """``make``'s batches cut to this process's rows; ``change``: "short"
+    drops one row, "reversed" reverses their order."""
     import jax
 
     def make_dataset(epoch: int, skip: int = 0) -> list[tuple[object, object]]:
         share = GLOBAL_BATCH // jax.process_count()
         first = jax.process_index() * share
-        last = first + share - (1 if short else 0)
-        return [(x[first:last], y[first:last]) for x, y in make(epoch, skip)]  # type: ignore[operator]
+        last = first + share - (1 if change == "short" else 0)
+        order = -1 if change == "reversed" else 1
+        return [
+            (x[first:last][::order], y[first:last][::order])
+            for x, y in make(epoch, skip)  # type: ignore[operator]
+        ]
 
     return make_dataset
 
@@ -140,7 +146,7 @@ def main() -> None:
     parser.add_argument("--stop-process", type=int, default=None)
     parser.add_argument("--loop", choices=("fit", "run"), default="fit")
     parser.add_argument("--data", choices=("global", "per-process"), default="global")
-    parser.add_argument("--short-shard", type=int, default=None)
+    parser.add_argument("--change-shard", default=None)
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = "jax"
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -182,7 +188,8 @@ def main() -> None:
     agent.on_step(on_step)
     data: object = make_dataset
     if args.data == "per-process":
-        data = own_rows(make_dataset, args.short_shard == args.process)
+        which, _, how = (args.change_shard or ":").partition(":")
+        data = own_rows(make_dataset, how if which == str(args.process) else None)
     if args.loop == "fit":
         agent.fit(
             build_model,
