@@ -36,16 +36,22 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 from colab_resume import exit_status
+from colab_resume.agent.controls import Controls
+from colab_resume.agent.options import AgentOptions
+from colab_resume.agent.processes import Agree, StopAt
 from colab_resume.backend import jax_distributed
 from colab_resume.backend.jax_distributed import DistributedOptions, Facts
+from colab_resume.checkpoint import CheckpointManager
 from colab_resume.checkpoint.processes import ProcessRole
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
+from colab_resume.heartbeat import RunSession
 from colab_resume.protocol import rundir
+from colab_resume.runtime import Connection
 from colab_resume.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -99,6 +105,34 @@ class MultiHost:
         return ProcessRole(self.index, self.count, self.options.peer_dead_after_seconds)
 
     # --- the lease and the start point, agreed --------------------------------
+
+    def take_run(
+        self,
+        storage: Storage,
+        options: AgentOptions,
+        events: EventLog,
+        countdown: Callable[..., Any],
+        connection: Connection | None,
+    ) -> tuple[Any, CheckpointManager]:
+        """Process 0 takes the lease; every process gets its number and beats."""
+        session: Any
+        if self.leads:
+            session = RunSession.open(
+                storage, options.session, events=events, on_countdown=countdown
+            )
+            self.share_lease(session.lease)
+        else:
+            self.share_lease(0)
+            session = FollowerSession(self)
+        manager = CheckpointManager(
+            storage,
+            lease=self.lease,
+            fence=session.fence,
+            events=events,
+            config=options.checkpoints,
+            process=self.role,
+        )
+        return session, manager
 
     def share_lease(self, lease: int) -> int:
         """Process 0's lease on every process; starts this process's beats."""
@@ -159,20 +193,38 @@ class MultiHost:
             )
         return self.preempted_at is not None
 
-    @contextlib.contextmanager
-    def sigterm(self) -> Iterator[None]:
-        """No Python SIGTERM handler: JAX's notifier must keep SIGTERM."""
-        yield
+    def step_agreement(self) -> tuple[StopAt | None, Agree | None]:
+        """The step duties' preemption sync point and agreement."""
+        return self.at_step, self.agree
+
+    def guarding(
+        self, options: AgentOptions, controls: Controls, events: EventLog
+    ) -> contextlib.AbstractContextManager[None]:
+        """Nothing: JAX's notifier must keep SIGTERM, and a cloud notice
+        stopping one process alone would hang the others in their next
+        collective; only the preemption sync point stops every process."""
+        return contextlib.nullcontext()
 
     # --- the end ------------------------------------------------------------------
 
-    def ended(self, state: str) -> None:
+    def ended(self, stopped: bool) -> None:
+        """After the final commit: this process's last beat says how it ended.
+
+        A preempted run then leaves ``fit``/``run`` as any preempted run does
+        (``Agent`` raises :class:`~colab_resume.Preempted`: exit 143).
+        """
+        if self.preempted_at is not None:
+            self.beat_end("preempted")
+        else:
+            self.beat_end("stopped" if stopped else "completed")
+
+    def beat_end(self, state: str) -> None:
         """This process's last beat says how it ended."""
         self._state = state
         self._beat()
         self._stop.set()
 
-    def exit_after(self, exc: BaseException) -> None:
+    def after_error(self, exc: BaseException) -> None:
         """After a training error: a lost peer ends this process with RESTART.
 
         A collective fails (or would hang) once a peer is gone; wait up to
@@ -375,7 +427,7 @@ class FollowerSession:
         """Commits are process 0's; nothing of this process needs a fence."""
 
     def complete(self, summary: dict[str, Any] | None = None) -> None:
-        self.host.ended("completed")
+        self.host.beat_end("completed")
 
     def close(self, state: str = "stopped", error: str | None = None) -> None:
-        self.host.ended(state)
+        self.host.beat_end(state)

@@ -337,7 +337,9 @@ def agree_first_batch(batch: Any) -> Any:
     import keras
     import numpy as np
 
-    leaves = [np.asarray(a) for a in keras.tree.flatten(batch)] if batch is not None else []
+    leaves = (
+        [np.asarray(a) for a in keras.tree.flatten(batch)] if batch is not None else []
+    )
     described = ", ".join(f"{tuple(a.shape)} {a.dtype}" for a in leaves) or "empty"
     digest = hashlib.sha256()
     for array in leaves:

@@ -1,4 +1,4 @@
-"""Multi-process ``agent.fit`` and ``agent.run`` on JAX's CPU runtime: real processes, real signals.
+"""Multi-process ``fit`` and ``run`` on JAX's CPU runtime: real processes and signals.
 
 Two processes x two CPU devices, gloo collectives, a coordinator on
 127.0.0.1 (tests/on_jax/multihost_worker.py). A process SIGKILLed during
