@@ -279,6 +279,31 @@ def reached_sync_point(step: int) -> bool:
     return bool(multihost_utils.reached_preemption_sync_point(step))
 
 
+def process_rows(batch: Any) -> Any:
+    """This process's rows of a global batch laid out over every process.
+
+    What Keras' ``model.train_on_batch`` takes across processes (it
+    assembles the global batch from every process's rows itself); a custom
+    loop's ``train_step`` gets the assembled global ``jax.Array``. One
+    process: ``batch`` as it is.
+    """
+    if process_count() == 1:
+        return batch
+    import keras
+    import numpy as np
+
+    def rows(array: Any) -> Any:
+        shards = getattr(array, "addressable_shards", None)
+        if shards is None:
+            return array  # not laid out: already this process's
+        by_start: dict[int, Any] = {}
+        for shard in shards:  # replicas of a row block are listed once
+            by_start.setdefault(shard.index[0].start or 0, shard.data)
+        return np.concatenate([np.asarray(by_start[k]) for k in sorted(by_start)])
+
+    return keras.tree.map_structure(rows, batch)
+
+
 def local_rows(batch: Any, index: int, count: int) -> Any:
     """This process's contiguous share of a global batch's rows.
 

@@ -114,6 +114,14 @@ def make_train_step() -> object:
     return train_step
 
 
+def keras_train_step(state, batch):  # type: ignore[no-untyped-def]
+    """Keras' own step: ``train_on_batch`` takes this process's rows."""
+    import colab_resume as cr
+
+    x, y = cr.process_rows(batch)
+    return {"loss": state["model"].train_on_batch(x, y)}
+
+
 def build_model() -> object:
     import keras
 
@@ -144,7 +152,7 @@ def main() -> None:
     parser.add_argument("--save-every-seconds", type=float, default=None)
     parser.add_argument("--stop-at", type=int, default=None)
     parser.add_argument("--stop-process", type=int, default=None)
-    parser.add_argument("--loop", choices=("fit", "run"), default="fit")
+    parser.add_argument("--loop", choices=("fit", "run", "run-keras"), default="fit")
     parser.add_argument("--data", choices=("global", "per-process"), default="global")
     parser.add_argument("--change-shard", default=None)
     args = parser.parse_args()
@@ -203,7 +211,7 @@ def main() -> None:
         state = agent.run(
             build_state,
             data,  # type: ignore[arg-type]
-            make_train_step(),  # type: ignore[arg-type]
+            keras_train_step if args.loop == "run-keras" else make_train_step(),  # type: ignore[arg-type]
             total_steps=args.epochs * args.steps_per_epoch,
             steps_per_epoch=args.steps_per_epoch,
         )

@@ -174,6 +174,19 @@ def test_custom_loop_sigkill_of_one_process_restart_is_bitwise(
     kill_one_restart_bitwise(run_reference, tmp_path, "--loop", "run")
 
 
+def test_custom_loop_with_keras_train_on_batch_equals_fit(
+    reference: tuple[str, str], tmp_path: str
+) -> None:
+    """``agent.run`` whose step is Keras' ``train_on_batch`` on
+    ``cr.process_rows(batch)`` (this process's rows of the global batch):
+    on 2 x 2 it ends bitwise equal to ``agent.fit`` over the same data."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    finish(run_pair(run_dir, out, "--loop", "run-keras"))
+    _, ref_out = reference
+    for k in (0, 1):
+        assert_bitwise(weights(out, k), weights(ref_out, k))
+
+
 def kill_one_restart_bitwise(
     reference: tuple[str, str], tmp_path: str, *extra: str
 ) -> None:
