@@ -179,6 +179,13 @@ MESSAGES = [
         "on_done must be a command line (str) or a callable, got 7",
     ),
     (
+        {"data_sharding": "per_host"},
+        ValueError,
+        "data_sharding must be 'global' (make_dataset yields the global batches; "
+        "each process is fed its rows) or 'per_process' (it yields this "
+        "process's rows only), got 'per_host'.",
+    ),
+    (
         {"save_every_step": 10},
         TypeError,
         "Agent got an unknown option 'save_every_step'. Did you mean "
