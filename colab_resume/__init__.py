@@ -11,6 +11,7 @@ from colab_resume.agent import Agent, AgentOptions
 from colab_resume.agent.callback import StartPoint
 from colab_resume.agent.progress import Progress
 from colab_resume.backend.current import choose_jax_where_tensorflow_is_absent
+from colab_resume.backend.jax_distributed import process_rows
 from colab_resume.checkpoint.errors import (
     NoValidCheckpointError,
     StructureMismatchError,
@@ -60,6 +61,7 @@ __all__ = [
     "exit_code",
     "inspect",
     "panel",
+    "process_rows",
 ]
 
 

@@ -28,7 +28,7 @@ _NAMES = (
     "recovery_backoff_seconds, lifetime_seconds, storage_retry_seconds, run_id, "
     "reset_data_fingerprints, exit_on_preemption, preemption_notices, on_done, "
     "distributed, coordinator_address, num_processes, "
-    "process_id, peer_dead_after_seconds"
+    "process_id, peer_dead_after_seconds, data_sharding"
 )
 _RUN_ID = "1-128 letters, digits, '.', '_' or '-' (or None)"
 
@@ -179,6 +179,13 @@ MESSAGES = [
         "on_done must be a command line (str) or a callable, got 7",
     ),
     (
+        {"data_sharding": "per_host"},
+        ValueError,
+        "data_sharding must be 'global' (make_dataset yields the global batches; "
+        "each process is fed its rows) or 'per_process' (it yields this "
+        "process's rows only), got 'per_host'.",
+    ),
+    (
         {"save_every_step": 10},
         TypeError,
         "Agent got an unknown option 'save_every_step'. Did you mean "
@@ -276,6 +283,7 @@ def test_the_defaults_are_the_parts_defaults():
         "num_processes": None,
         "process_id": None,
         "peer_dead_after_seconds": 30.0,
+        "data_sharding": "global",
     }
     assert options.recovery == RetryPolicy(initial_seconds=2.0, max_seconds=8.0)
 

@@ -1,8 +1,8 @@
 """What a multi-process run refuses, before anything runs.
 
-Only ``agent.fit`` feeds each process its rows of every global batch, so
-``agent.run`` and the lighter path (``agent.restore``), whose steps are the
-user's code, refuse with the alternative, as ``pause()`` does. The
+``agent.fit`` and ``agent.run`` feed each process its rows of every global
+batch; the lighter path (``agent.restore``), whose ``fit`` is the user's
+own, refuses naming them, as ``pause()`` refuses naming ``stop()``. The
 multi-process side is a stand-in here (an object in the agent's
 ``multihost`` slot): the refusal is decided before any collective, so no
 JAX processes are needed to check it; tests/on_jax/test_multihost.py runs
@@ -25,13 +25,10 @@ def agent_of_a_slice(tmp_path):
     agent.close()
 
 
-def test_run_and_restore_refuse_naming_fit(agent_of_a_slice):
-    with pytest.raises(RuntimeError, match="only agent.fit") as raised:
-        agent_of_a_slice.run(lambda: {}, lambda e: [], lambda s, b: {}, total_steps=1,
-                             steps_per_epoch=1)  # fmt: skip
-    assert "agent.run is not supported in a multi-process run" in str(raised.value)
-    with pytest.raises(RuntimeError, match="agent.restore is not supported"):
+def test_restore_refuses_naming_fit_and_run(agent_of_a_slice):
+    with pytest.raises(RuntimeError, match="agent.restore") as raised:
         agent_of_a_slice.restore(object(), epochs=1)
+    assert "Use agent.fit or agent.run" in str(raised.value)
 
 
 def test_pause_refuses_naming_stop(agent_of_a_slice):

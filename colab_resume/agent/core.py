@@ -32,7 +32,7 @@ from colab_resume.agent.loop import RunLoop
 from colab_resume.agent.options import agent_options
 from colab_resume.agent.progress import Progress
 from colab_resume.agent.steps import (
-    ONLY_FIT_ACROSS_PROCESSES,
+    LIGHT_PATH_REFUSED,
     PAUSE_REFUSED,
     StepHook,
 )
@@ -248,13 +248,7 @@ class Agent:
 
         Returns:
             The state dict from ``build_state``, trained (also :attr:`state`).
-
-        Raises:
-            RuntimeError: in a multi-process run (only :meth:`fit` is split
-                over the processes so far).
         """
-        if self._loop.multihost is not None:
-            raise RuntimeError(ONLY_FIT_ACROSS_PROCESSES.format(what="agent.run"))
         driver = CustomLoop(
             build_state,
             make_dataset,
@@ -398,11 +392,12 @@ class Agent:
 
         Raises:
             ValueError: ``epochs`` or ``steps_per_epoch`` is not an int >= 1.
-            RuntimeError: in a multi-process run (only :meth:`fit` is split
-                over the processes so far).
+            RuntimeError: in a multi-process run (the user's own ``fit``
+                would get every process's data unsplit; use :meth:`fit` or
+                :meth:`run`).
         """
         if self._loop.multihost is not None:
-            raise RuntimeError(ONLY_FIT_ACROSS_PROCESSES.format(what="agent.restore"))
+            raise RuntimeError(LIGHT_PATH_REFUSED)
         for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
             check_int(
                 name,

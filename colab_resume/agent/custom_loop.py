@@ -17,7 +17,10 @@ the ``keras.distribution``, and computes one step for all of them — with
 Keras' stateless API (``model.stateless_call``,
 ``optimizer.stateless_apply``) under ``jax.jit`` or with plain JAX — then
 assigns the new values to the state's variables, which is what checkpoints
-hold. What it returns is recorded as it is.
+hold. What it returns is recorded as it is. Across processes (JAX
+multi-host) the batch is still the global one, assembled from every
+process's rows; Keras' ``model.train_on_batch`` wants this process's rows
+instead: ``model.train_on_batch(*colab_resume.process_rows(batch))``.
 
 On TensorFlow, every returned value is **summed** across replicas, as the TensorFlow
 distributed-training tutorial does with

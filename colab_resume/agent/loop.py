@@ -27,6 +27,10 @@ callbacks do the rest. The :class:`~colab_resume.agent.core.Agent` uses
 the loop through its narrow API (the methods and read-only properties
 above the loop proper), never through its fields.
 
+A run of several processes (JAX multi-host) differs only behind one seam,
+:attr:`RunLoop.processes` (:mod:`colab_resume.agent.processes`): who takes
+the lease, what guards SIGTERM, what is agreed, what an error means.
+
 The inner loop (heartbeat, triggers, pause/stop after every step) is
 :class:`~colab_resume.agent.steps.StepDuties`; what is trained, and how, is
 a :class:`~colab_resume.agent.driver.Driver` (``fit``, ``run`` or the
@@ -39,10 +43,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from colab_resume import exit_status
@@ -51,8 +53,9 @@ from colab_resume.agent.callback import ModelState, StartPoint
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.driver import Driver
 from colab_resume.agent.light import LightSession
-from colab_resume.agent.multihost import FollowerSession, MultiHost
+from colab_resume.agent.multihost import MultiHost
 from colab_resume.agent.options import AgentOptions
+from colab_resume.agent.processes import ONE_PROCESS, Processes
 from colab_resume.agent.progress import Progress, ProgressTracker
 from colab_resume.agent.steps import StepDuties, StepHook
 from colab_resume.backend.accelerator import Accelerator
@@ -64,7 +67,6 @@ from colab_resume.checkpoint import (
 from colab_resume.errors import FencedError, StorageFullError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
-from colab_resume.launch import notices
 from colab_resume.runtime import Connection, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
@@ -247,16 +249,7 @@ class RunLoop:
             completed.reopen(self.storage, self.events, done, driver.total_steps)
         self.progress.session_started(driver.total_steps, driver.steps_per_epoch)
         try:
-            # Multi-host: a notice stopping one process alone would hang the
-            # others in their next collective; only JAX's preemption sync
-            # point (fed by SIGTERM) stops every process at one step.
-            notices_on = (
-                self.options.preemption_notices if self.multihost is None else False
-            )
-            with (
-                self._sigterm_guard(),
-                notices.watching(notices_on, self.controls, self.events),
-            ):
+            with self.processes.guarding(self.options, self.controls, self.events):
                 self._train_with_recovery(driver, session, manager)
             self.finish(driver.total_steps, session, manager)
         except KeyboardInterrupt:
@@ -265,8 +258,7 @@ class RunLoop:
             raise KeyboardInterrupt(self._interrupted_message(manager)) from None
         except BaseException as exc:
             self._outcome = exit_status.NAMES[exit_status.FAILED]
-            if self.multihost is not None:
-                self.multihost.exit_after(exc)  # a lost peer: exits RESTART
+            self.processes.after_error(exc)  # a lost peer: exits RESTART
             self.fail(exc, session, manager)
             if isinstance(exc, StorageFullError):
                 # Name the checkpoint the run stopped at (the store's
@@ -278,82 +270,27 @@ class RunLoop:
             with contextlib.suppress(Exception):
                 manager.close()
             self.progress.finish()
-        self._multihost_ended()
+        self.processes.ended(self._stopped)
 
     def take_run(self) -> tuple[RunSession, CheckpointManager]:
         """Take the lease (waiting out a silent holder); open its checkpoints."""
-        if self.multihost is not None:
-            return self._take_run_multihost(self.multihost)
-        session = RunSession.open(
+        processes = self.processes
+        session, manager = processes.take_run(
             self.storage,
-            self.options.session,
-            events=self.events,
-            on_countdown=self.progress.countdown,
+            self.options,
+            self.events,
+            self.progress.countdown,
+            self.connection,
         )
-        connection = self.connection
-        session.update(accelerator=connection.label if connection else None)
-        manager = CheckpointManager(
-            self.storage,
-            lease=session.lease,
-            fence=session.fence,
-            events=self.events,
-            config=dataclasses.replace(
-                self.options.checkpoints,
-                io_device=connection.io_device if connection else None,
-            ),
-        )
-        self.session, self.checkpoints = session, manager
-        return session, manager
-
-    # --- a multi-process run (colab_resume.agent.multihost) ---------------------------
-
-    def _take_run_multihost(
-        self, host: MultiHost
-    ) -> tuple[RunSession, CheckpointManager]:
-        """Process 0 takes the lease; every process gets its number and beats."""
-        session: Any
-        if host.leads:
-            session = RunSession.open(
-                self.storage,
-                self.options.session,
-                events=self.events,
-                on_countdown=self.progress.countdown,
-            )
-            host.share_lease(session.lease)
-        else:
-            host.share_lease(0)
-            session = FollowerSession(host)
-        manager = CheckpointManager(
-            self.storage,
-            lease=host.lease,
-            fence=session.fence,
-            events=self.events,
-            config=self.options.checkpoints,
-            process=host.role,
-        )
-        # Only process 0's session is the run's (history, panel, status).
-        self.session = session if host.leads else None
+        # Only the leading process's session is the run's (history, panel, status).
+        self.session = session if processes.leads else None
         self.checkpoints = manager
         return session, manager
 
-    def _sigterm_guard(self) -> contextlib.AbstractContextManager[None]:
-        if self.multihost is not None:
-            return self.multihost.sigterm()  # JAX's notifier keeps SIGTERM
-        return _graceful_sigterm(self.controls)
-
-    def _multihost_ended(self) -> None:
-        """After the final commit: every process's last beat says how it ended.
-
-        A preempted run then leaves ``fit``/``run`` as any preempted run does
-        (``Agent`` raises :class:`~colab_resume.Preempted`: exit 143).
-        """
-        host = self.multihost
-        if host is None:
-            return
-        if host.preempted_at is None:
-            host.ended("completed" if not self._stopped else "stopped")
-            return
-        host.ended("preempted")
+    @property
+    def processes(self) -> Processes:
+        """The seam for several processes (:mod:`colab_resume.agent.processes`)."""
+        return self.multihost if self.multihost is not None else ONE_PROCESS
 
     def fail(
         self, exc: BaseException, session: RunSession, manager: CheckpointManager
@@ -417,8 +354,7 @@ class RunLoop:
         info = manager.restore(driver.state)
         epoch_length.check(info, driver.steps_per_epoch)
         start = driver.restored(info)
-        if self.multihost is not None:
-            self.multihost.agree_start(start, driver.steps_per_epoch)
+        self.processes.agree_start(start, driver.steps_per_epoch)
         return info, start
 
     def announce_runtime(self, info: RestoredInfo) -> None:
@@ -466,6 +402,7 @@ class RunLoop:
     ) -> StepDuties:
         """The inner loop's duties from ``start`` on."""
         age = vm_age()
+        stop_at, agree = self.processes.step_agreement()
         triggers = SaveTriggers(
             dataclasses.replace(
                 self.options.triggers,
@@ -486,8 +423,8 @@ class RunLoop:
             tick=self.progress.tick,
             hooks=self.step_hooks,
             runtime=runtime_facts.facts(self.connection),
-            stop_at=self.multihost.at_step if self.multihost else None,
-            agree=self.multihost.agree if self.multihost else None,
+            stop_at=stop_at,
+            agree=agree,
         )
         duties.step = start
         return duties
@@ -577,22 +514,3 @@ def _added(items: list[Any], item: Any) -> Callable[[], None]:
             items.remove(item)
 
     return remove
-
-
-@contextlib.contextmanager
-def _graceful_sigterm(controls: Controls) -> Iterator[None]:
-    """SIGTERM asks for a clean stop (checkpoint first) instead of killing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        log.warning("SIGTERM: checkpointing and stopping at the next step")
-        controls.preempt("SIGTERM")
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -36,16 +36,22 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 from colab_resume import exit_status
+from colab_resume.agent.controls import Controls
+from colab_resume.agent.options import AgentOptions
+from colab_resume.agent.processes import Agree, StopAt
 from colab_resume.backend import jax_distributed
 from colab_resume.backend.jax_distributed import DistributedOptions, Facts
+from colab_resume.checkpoint import CheckpointManager
 from colab_resume.checkpoint.processes import ProcessRole
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
+from colab_resume.heartbeat import RunSession
 from colab_resume.protocol import rundir
+from colab_resume.runtime import Connection
 from colab_resume.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -80,6 +86,7 @@ class MultiHost:
         self._stop = threading.Event()
         self._next_agree = 1
         self._agreed_at = (0, time.monotonic())
+        self._states: dict[int, Any] = {}  # each peer's last beat's state
 
     @property
     def index(self) -> int:
@@ -98,6 +105,34 @@ class MultiHost:
         return ProcessRole(self.index, self.count, self.options.peer_dead_after_seconds)
 
     # --- the lease and the start point, agreed --------------------------------
+
+    def take_run(
+        self,
+        storage: Storage,
+        options: AgentOptions,
+        events: EventLog,
+        countdown: Callable[..., Any],
+        connection: Connection | None,
+    ) -> tuple[Any, CheckpointManager]:
+        """Process 0 takes the lease; every process gets its number and beats."""
+        session: Any
+        if self.leads:
+            session = RunSession.open(
+                storage, options.session, events=events, on_countdown=countdown
+            )
+            self.share_lease(session.lease)
+        else:
+            self.share_lease(0)
+            session = FollowerSession(self)
+        manager = CheckpointManager(
+            storage,
+            lease=self.lease,
+            fence=session.fence,
+            events=events,
+            config=options.checkpoints,
+            process=self.role,
+        )
+        return session, manager
 
     def share_lease(self, lease: int) -> int:
         """Process 0's lease on every process; starts this process's beats."""
@@ -158,20 +193,38 @@ class MultiHost:
             )
         return self.preempted_at is not None
 
-    @contextlib.contextmanager
-    def sigterm(self) -> Iterator[None]:
-        """No Python SIGTERM handler: JAX's notifier must keep SIGTERM."""
-        yield
+    def step_agreement(self) -> tuple[StopAt | None, Agree | None]:
+        """The step duties' preemption sync point and agreement."""
+        return self.at_step, self.agree
+
+    def guarding(
+        self, options: AgentOptions, controls: Controls, events: EventLog
+    ) -> contextlib.AbstractContextManager[None]:
+        """Nothing: JAX's notifier must keep SIGTERM, and a cloud notice
+        stopping one process alone would hang the others in their next
+        collective; only the preemption sync point stops every process."""
+        return contextlib.nullcontext()
 
     # --- the end ------------------------------------------------------------------
 
-    def ended(self, state: str) -> None:
+    def ended(self, stopped: bool) -> None:
+        """After the final commit: this process's last beat says how it ended.
+
+        A preempted run then leaves ``fit``/``run`` as any preempted run does
+        (``Agent`` raises :class:`~colab_resume.Preempted`: exit 143).
+        """
+        if self.preempted_at is not None:
+            self.beat_end("preempted")
+        else:
+            self.beat_end("stopped" if stopped else "completed")
+
+    def beat_end(self, state: str) -> None:
         """This process's last beat says how it ended."""
         self._state = state
         self._beat()
         self._stop.set()
 
-    def exit_after(self, exc: BaseException) -> None:
+    def after_error(self, exc: BaseException) -> None:
         """After a training error: a lost peer ends this process with RESTART.
 
         A collective fails (or would hang) once a peer is gone; wait up to
@@ -179,10 +232,16 @@ class MultiHost:
         error with every peer alive is the caller's to raise.
         """
         if isinstance(exc, (KeyboardInterrupt, jax_distributed.ClusterError)):
+            # Every process raises a disagreement at once: a peer's "failed"
+            # beat must not turn this process's error into a RESTART.
+            self._stop.set()
             return
+        self._failing = True
+        self._state = "failed"  # peers failing the same way see it at once
+        self._beat()
         deadline = time.monotonic() + self.options.peer_dead_after_seconds
         while time.monotonic() < deadline:
-            if self._dead_peer is not None:
+            if self._dead_peer is not None or self._all_peers_failed():
                 break
             time.sleep(0.2)
         if self._dead_peer is not None or _is_collective_error(exc):
@@ -193,6 +252,10 @@ class MultiHost:
     # --- beats and the watch ------------------------------------------------------
 
     _dead_peer: int | None = None
+    # This process is ending on an error of its own: a peer whose last beat
+    # says "failed" did too (the same data error, typically), which is no
+    # reason to restart the slice.
+    _failing = False
 
     def _start_watch(self) -> None:
         if self._thread is not None:
@@ -249,8 +312,12 @@ class MultiHost:
             beat = None
         except Exception:  # storage trouble is not a peer's death
             return False
-        if isinstance(beat, dict) and beat.get("state") in ("failed", "restart"):
+        state = beat.get("state") if isinstance(beat, dict) else None
+        self._states[peer] = state
+        if state == "restart" or (state == "failed" and not self._failing):
             return True
+        if state == "failed":
+            return False  # it ended on its own error, as this process does
         mark = beat.get("seq") if isinstance(beat, dict) else None
         seen = self._seen.get(peer)
         if seen is None or seen[0] != mark:
@@ -259,6 +326,10 @@ class MultiHost:
         if isinstance(beat, dict) and beat.get("state") in ("completed", "stopped"):
             return False
         return now - seen[1] > self.options.peer_dead_after_seconds
+
+    def _all_peers_failed(self) -> bool:
+        peers = [k for k in range(self.count) if k != self.index]
+        return all(self._states.get(k) == "failed" for k in peers)
 
     def _restart(self, why: str) -> None:
         """End this process now with RESTART (JAX's shutdown would wait on the dead)."""
@@ -310,6 +381,7 @@ def start(
     # JAX's own heartbeat timeout aborts a process: ours must come first.
     timeout = int(max(100.0, 4 * options.peer_dead_after_seconds))
     facts = jax_distributed.start(cluster, heartbeat_timeout_seconds=timeout)
+    jax_distributed.set_data_sharding(options.data_sharding)
     if storage.protocol in LOCAL_SCHEMES and not facts.same_machine:
         raise jax_distributed.ClusterError(
             f"run_dir {storage.url!r} is a host-local path, but the {facts.count} "
@@ -355,7 +427,7 @@ class FollowerSession:
         """Commits are process 0's; nothing of this process needs a fence."""
 
     def complete(self, summary: dict[str, Any] | None = None) -> None:
-        self.host.ended("completed")
+        self.host.beat_end("completed")
 
     def close(self, state: str = "stopped", error: str | None = None) -> None:
-        self.host.ended(state)
+        self.host.beat_end(state)

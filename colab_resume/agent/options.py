@@ -52,6 +52,7 @@ _FLAT: dict[str, tuple[str, str]] = {
     "num_processes": ("cluster", "num_processes"),
     "process_id": ("cluster", "process_id"),
     "peer_dead_after_seconds": ("cluster", "peer_dead_after_seconds"),
+    "data_sharding": ("cluster", "data_sharding"),
 }
 OPTIONS = tuple(_FLAT)
 
@@ -136,6 +137,13 @@ class AgentOptions:
         process_id (int | None): this process's index.
         peer_dead_after_seconds (float): a peer process silent this long is
             dead; the survivors exit with ``exit_status.RESTART`` (75).
+        data_sharding (str): what each process's ``make_dataset`` yields in
+            a multi-process run. ``"global"`` (default): the global batches,
+            the same on every process; the agent feeds each process its
+            contiguous share of the rows. ``"per_process"``: only this
+            process's rows (per-host files, ``jax.process_index()``), fed as
+            they are; every process's first batch of an epoch must have the
+            same shapes and dtypes, else every process fails naming them.
 
     Attributes:
         session: how the session beats and judges the one before it.

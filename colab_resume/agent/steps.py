@@ -34,12 +34,14 @@ StepHook = Callable[[int], None]  # called with the step after its duties
 # One process's wishes, as bits for the agreement.
 WISH_SAVE = 1
 WISH_STOP = 2
-# agent.run and the lighter path hand the step to user code, which would
-# get each process's batch unsplit; only Keras' fit is split per process.
-ONLY_FIT_ACROSS_PROCESSES = (
-    "{what} is not supported in a multi-process run yet: only agent.fit "
-    "feeds each process its rows of every global batch. Use agent.fit, or "
-    "run {what} in one process."
+# The lighter path hands the data to the user's own model.fit, which would
+# get each process's batches unsplit and position none of them on resume.
+LIGHT_PATH_REFUSED = (
+    "agent.restore (and agent.callback() in your own model.fit) is not "
+    "supported in a multi-process run: your fit would feed every process "
+    "the whole global batch, and nothing would position each process's "
+    "data on resume. Use agent.fit or agent.run, which feed each process "
+    "its rows of every global batch, or run the lighter path in one process."
 )
 PAUSE_REFUSED = (
     "pause() is not supported in a multi-process run: the other processes "

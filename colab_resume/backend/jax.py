@@ -184,16 +184,28 @@ def lay_out(batch: Any, distribution: Any) -> Any:
     """``batch``'s arrays placed as ``distribution`` splits a global batch.
 
     Keras' ``fit`` does this for its own steps; a custom loop's
-    ``train_step`` gets its batch already split over the devices.
+    ``train_step`` gets its batch already split over the devices. Across
+    processes ``batch`` is this process's rows, and the result is the
+    global ``jax.Array`` whose addressable shards hold them.
     """
     if distribution is None:
         return batch
     import jax
     import keras
 
+    count = jax_distributed.process_count()
+
     def put(array: Any) -> Any:
-        layout = distribution.get_data_layout(tuple(array.shape))
-        return jax.device_put(array, layout.backend_layout)
+        if count == 1:
+            layout = distribution.get_data_layout(tuple(array.shape))
+            return jax.device_put(array, layout.backend_layout)
+        # ``array`` is this process's rows: the global batch is every
+        # process's, assembled as Keras' own trainer does for ``fit``.
+        shape = (int(array.shape[0]) * count, *array.shape[1:])
+        layout = distribution.get_data_layout(shape)
+        return jax.make_array_from_process_local_data(
+            layout.backend_layout, array, shape
+        )
 
     return keras.tree.map_structure(put, batch)
 
@@ -279,8 +291,8 @@ class JaxBackend:
             make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
         )
         count = jax_distributed.process_count()
-        if count == 1:
-            return batches
+        if count == 1 or jax_distributed.shards_given():
+            return batches  # one process, or its own rows already
         # make_dataset yields global batches on every process; each feeds
         # its own rows, which Keras assembles into the global batch.
         index = jax_distributed.process_index()
@@ -292,14 +304,19 @@ class JaxBackend:
         # A process's rows differ from process to process: the data
         # fingerprint is the global batch's, the same on every process.
         source = _GLOBAL_BATCHES.get(dataset, dataset)
-        return next(iter(source), None)
+        batch = next(iter(source), None)
+        if jax_distributed.shards_given():
+            # No process sees the global batch: every process's shapes are
+            # checked equal, and the fingerprint covers all their rows.
+            return jax_distributed.agree_first_batch(batch)
+        return batch
 
     def check_first_batch(
         self, make_dataset: Callable[..., Any], dataset: Any, epoch: int, model: Any
     ) -> None:
         # Built again: looking into ``dataset`` would consume its first batch.
 
-        check_numpy_batch(first_batch(make_dataset, epoch), replicas(), epoch)
+        check_numpy_batch(first_batch(make_dataset, epoch), _fed_devices(), epoch)
 
     def chain(self, datasets: Sequence[Any]) -> Any:
         if len(datasets) != 1:
@@ -330,13 +347,19 @@ class JaxBackend:
     def train_custom(
         self, loop: CustomLoop, start_step: int, duties: StepHooks, strategy: Any
     ) -> None:
-        """``train_step`` gets each global batch, laid out over the devices."""
+        """``train_step`` gets each global batch, laid out over the devices.
 
+        Across processes the epochs yield this process's rows (see
+        :meth:`epoch_dataset`), which :func:`lay_out` assembles into the
+        global batch: the step's code is the same on one process or many.
+        """
+        # This process's rows are split over its own devices.
+        devices = replicas() // jax_distributed.process_count()
         for epoch, batches, steps in loop.epochs(start_step):
             for index in range(steps):
                 batch = next(batches)
                 if epoch == loop.start_epoch and index == 0:
-                    check_numpy_batch(batch, replicas(), epoch)
+                    check_numpy_batch(batch, devices, epoch)
                 duties.before_step()
                 loop.last_outputs = loop.train_step(
                     loop.state, lay_out(batch, strategy)
@@ -442,6 +465,13 @@ def check_numpy_batch(batch: Any, replicas: int, epoch: int) -> None:
             f"of {replicas} (e.g. {good}) — the global batch — and drop the last "
             f"short batch."
         )
+
+
+def _fed_devices() -> int:
+    """The devices one of ``make_dataset``'s batches is split over."""
+    if jax_distributed.shards_given():  # this process's rows: its own devices
+        return replicas() // jax_distributed.process_count()
+    return replicas()
 
 
 def _is_py_dataset(dataset: Any) -> bool:

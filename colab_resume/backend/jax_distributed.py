@@ -31,6 +31,12 @@ KERAS_PROCESS_ID = "KERAS_DISTRIBUTION_PROCESS_ID"
 TPU_HOSTS = "TPU_WORKER_HOSTNAMES"
 
 
+# How each process's make_dataset yields its data: "global": every process
+# yields the global batches and the agent feeds each its rows; "per_process":
+# each yields only its own rows (per-host files, jax.process_index()).
+DATA_SHARDINGS = ("global", "per_process")
+
+
 class ClusterError(ValueError):
     """The multi-process settings are incomplete, or the processes disagree."""
 
@@ -50,6 +56,10 @@ class DistributedOptions:
         peer_dead_after_seconds: a peer whose per-process heartbeat has not
             moved for this long is dead: the survivors exit with
             ``exit_status.RESTART``.
+        data_sharding: ``"global"``: every process's ``make_dataset``
+            yields the global batches and each process is fed its rows;
+            ``"per_process"``: each yields only this process's rows, fed as
+            they are (the processes' shapes are checked equal).
     """
 
     distributed: bool | None = None
@@ -57,8 +67,15 @@ class DistributedOptions:
     num_processes: int | None = None
     process_id: int | None = None
     peer_dead_after_seconds: float = 30.0
+    data_sharding: str = "global"
 
     def __post_init__(self) -> None:
+        if self.data_sharding not in DATA_SHARDINGS:
+            raise ValueError(
+                f"data_sharding must be 'global' (make_dataset yields the global "
+                f"batches; each process is fed its rows) or 'per_process' (it "
+                f"yields this process's rows only), got {self.data_sharding!r}."
+            )
         if self.distributed not in (None, True, False):
             raise ValueError(
                 f"distributed must be True, False or None, got {self.distributed!r}."
@@ -262,6 +279,31 @@ def reached_sync_point(step: int) -> bool:
     return bool(multihost_utils.reached_preemption_sync_point(step))
 
 
+def process_rows(batch: Any) -> Any:
+    """This process's rows of a global batch laid out over every process.
+
+    What Keras' ``model.train_on_batch`` takes across processes (it
+    assembles the global batch from every process's rows itself); a custom
+    loop's ``train_step`` gets the assembled global ``jax.Array``. One
+    process: ``batch`` as it is.
+    """
+    if process_count() == 1:
+        return batch
+    import keras
+    import numpy as np
+
+    def rows(array: Any) -> Any:
+        shards = getattr(array, "addressable_shards", None)
+        if shards is None:
+            return array  # not laid out: already this process's
+        by_start: dict[int, Any] = {}
+        for shard in shards:  # replicas of a row block are listed once
+            by_start.setdefault(shard.index[0].start or 0, shard.data)
+        return np.concatenate([np.asarray(by_start[k]) for k in sorted(by_start)])
+
+    return keras.tree.map_structure(rows, batch)
+
+
 def local_rows(batch: Any, index: int, count: int) -> Any:
     """This process's contiguous share of a global batch's rows.
 
@@ -281,3 +323,75 @@ def local_rows(batch: Any, index: int, count: int) -> Any:
         return array[index * share : (index + 1) * share]
 
     return keras.tree.map_structure(take, batch)
+
+
+_data_sharding = "global"
+
+
+def set_data_sharding(mode: str) -> None:
+    """This process's :data:`DATA_SHARDINGS` mode (the run's option)."""
+    global _data_sharding
+    _data_sharding = mode
+
+
+def shards_given() -> bool:
+    """True when several processes each yield only their own rows."""
+    return _data_sharding == "per_process" and process_count() > 1
+
+
+def agree_first_batch(batch: Any) -> Any:
+    """Check every process's first batch has the same shapes; stands for all.
+
+    With ``data_sharding="per_process"`` each process yields its own rows,
+    so no process sees the global batch. One all-gather of each process's
+    shapes, dtypes and a digest of its rows (an epoch's first batch only:
+    cheap) checks they agree, and the result is what the data fingerprint
+    hashes: the global row count and every process's digest, so a changed
+    shard on any host changes it.
+
+    Returns:
+        ``(rows, digests)``: an empty array with the global batch's rows
+        (its leading dimension is the batch size), and the digests.
+
+    Raises:
+        ClusterError: the processes' batches differ in shape or dtype; the
+            message names each process's.
+    """
+    import hashlib
+
+    import keras
+    import numpy as np
+
+    leaves = (
+        [np.asarray(a) for a in keras.tree.flatten(batch)] if batch is not None else []
+    )
+    described = ", ".join(f"{tuple(a.shape)} {a.dtype}" for a in leaves) or "empty"
+    digest = hashlib.sha256()
+    for array in leaves:
+        digest.update(np.ascontiguousarray(array).tobytes())
+    head = digest.digest()
+    rows = int(leaves[0].shape[0]) if leaves and leaves[0].ndim else 0
+    facts = allgather_ints(
+        [
+            rows,
+            len(described),
+            int.from_bytes(head[:8], "big", signed=True),
+            int.from_bytes(head[8:16], "big", signed=True),
+        ]
+    )
+    width = int(facts[:, 1].max())
+    text = list(described.encode()) + [0] * (width - len(described))
+    each = [bytes(int(c) for c in row if c).decode() for row in allgather_ints(text)]
+    if len(set(each)) > 1:
+        said = "; ".join(f"process {k}: {d}" for k, d in enumerate(each))
+        counts = [int(r) for r in facts[:, 0]]
+        ours = process_index()
+        odd = next(k for k, n in enumerate(counts) if each[k] != each[ours])
+        raise ClusterError(
+            f"with data_sharding='per_process' every process's make_dataset must "
+            f"yield batches of the same shapes and dtypes (its rows of the "
+            f"global batch), but they differ: process {odd}'s batch has "
+            f"{counts[odd]} rows, process {ours}'s {counts[ours]} ({said})."
+        )
+    total = int(facts[:, 0].sum())
+    return np.zeros((total, 0), np.uint8), np.asarray(facts[:, 2:], np.int64)

@@ -1,7 +1,8 @@
-"""One process of a multi-process ``agent.fit`` on JAX's CPU runtime.
+"""One process of a multi-process ``agent.fit`` or ``agent.run`` on JAX's CPU runtime.
 
     python tests/on_jax/multihost_worker.py RUN_DIR OUT_DIR --process K
         --processes N --port P [--devices D] [--dead-after S] [--step-delay T]
+        [--loop fit|run] [--data global|per-process [--change-shard K:HOW]]
 
 Every process of the job runs this with its own ``--process``; they meet
 at the coordinator on 127.0.0.1:P (process 0 serves it). Each process has
@@ -9,6 +10,14 @@ D CPU devices; the model is a ``DataParallel`` over all N x D. It prints
 ``STEP s`` after the agent's duties of each step (a test waits for these
 to kill a process during training), ``EXIT`` on a normal end, and writes
 OUT_DIR/weights.npz and OUT_DIR/result.json (process 0) once fit returns.
+
+``--loop run`` trains the same model through ``agent.run`` with a step
+written against Keras' stateless API under ``jax.jit`` (the same code on
+one process or many). ``--data per-process`` makes ``make_dataset`` yield
+only this process's rows (``data_sharding="per_process"``): the same rows
+the agent would have fed it, so the run is bitwise equal to a global one;
+``--change-shard K:short`` drops one row from process K's batches,
+``K:reversed`` reverses their rows.
 """
 
 from __future__ import annotations
@@ -38,6 +47,79 @@ def make_dataset(epoch: int, skip: int = 0) -> list[tuple[object, object]]:
         )
         for i in range(skip, STEPS_PER_EPOCH)
     ]
+
+
+def own_rows(make: object, change: str | None) -> object:
+    """``make``'s batches cut to this process's rows; ``change``: "short"
+    drops one row, "reversed" reverses their order."""
+    import jax
+
+    def make_dataset(epoch: int, skip: int = 0) -> list[tuple[object, object]]:
+        share = GLOBAL_BATCH // jax.process_count()
+        first = jax.process_index() * share
+        last = first + share - (1 if change == "short" else 0)
+        order = -1 if change == "reversed" else 1
+        return [
+            (x[first:last][::order], y[first:last][::order])
+            for x, y in make(epoch, skip)  # type: ignore[operator]
+        ]
+
+    return make_dataset
+
+
+def build_state() -> dict[str, object]:
+    model = build_model()
+    optimizer = model.optimizer  # type: ignore[attr-defined]
+    optimizer.build(model.trainable_variables)  # type: ignore[attr-defined]
+    return {"model": model, "optimizer": optimizer}
+
+
+def make_train_step() -> object:
+    """One step for every device of every process: stateless, under jit."""
+    import jax
+    import keras
+
+    loss_fn = keras.losses.BinaryCrossentropy()
+    compiled: dict[int, object] = {}  # a rebuilt model gets its own program
+
+    def compile_for(model, optimizer):  # type: ignore[no-untyped-def]
+        def loss_of(trainable, other, x, y):  # type: ignore[no-untyped-def]
+            predicted, other = model.stateless_call(trainable, other, x, training=True)
+            return loss_fn(y, predicted), other
+
+        gradient = jax.value_and_grad(loss_of, has_aux=True)
+
+        @jax.jit
+        def step(trainable, other, slots, x, y):  # type: ignore[no-untyped-def]
+            (loss, other), grads = gradient(trainable, other, x, y)
+            trainable, slots = optimizer.stateless_apply(slots, grads, trainable)
+            return loss, trainable, other, slots
+
+        return step
+
+    def train_step(state, batch):  # type: ignore[no-untyped-def]
+        model, optimizer = state["model"], state["optimizer"]
+        step = compiled.setdefault(id(model), compile_for(model, optimizer))
+        groups = (
+            model.trainable_variables,
+            model.non_trainable_variables,
+            optimizer.variables,
+        )
+        loss, *new = step(*([v.value for v in g] for g in groups), *batch)  # type: ignore[operator]
+        for variables, values in zip(groups, new, strict=True):
+            for variable, value in zip(variables, values, strict=True):
+                variable.assign(value)
+        return {"loss": loss}
+
+    return train_step
+
+
+def keras_train_step(state, batch):  # type: ignore[no-untyped-def]
+    """Keras' own step: ``train_on_batch`` takes this process's rows."""
+    import colab_resume as cr
+
+    x, y = cr.process_rows(batch)
+    return {"loss": state["model"].train_on_batch(x, y)}
 
 
 def build_model() -> object:
@@ -70,6 +152,9 @@ def main() -> None:
     parser.add_argument("--save-every-seconds", type=float, default=None)
     parser.add_argument("--stop-at", type=int, default=None)
     parser.add_argument("--stop-process", type=int, default=None)
+    parser.add_argument("--loop", choices=("fit", "run", "run-keras"), default="fit")
+    parser.add_argument("--data", choices=("global", "per-process"), default="global")
+    parser.add_argument("--change-shard", default=None)
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = "jax"
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -86,6 +171,7 @@ def main() -> None:
             num_processes=args.processes,
             process_id=args.process,
             peer_dead_after_seconds=args.dead_after,
+            data_sharding=args.data.replace("-", "_"),
         )
         if args.processes > 1
         else {}
@@ -108,18 +194,32 @@ def main() -> None:
             time.sleep(args.step_delay)
 
     agent.on_step(on_step)
-    agent.fit(
-        build_model,
-        make_dataset,
-        epochs=args.epochs,
-        steps_per_epoch=args.steps_per_epoch,
-        verbose=0,
-    )
+    data: object = make_dataset
+    if args.data == "per-process":
+        which, _, how = (args.change_shard or ":").partition(":")
+        data = own_rows(make_dataset, how if which == str(args.process) else None)
+    if args.loop == "fit":
+        agent.fit(
+            build_model,
+            data,
+            epochs=args.epochs,
+            steps_per_epoch=args.steps_per_epoch,
+            verbose=0,
+        )
+        model, optimizer = agent.model, agent.model.optimizer
+    else:
+        state = agent.run(
+            build_state,
+            data,  # type: ignore[arg-type]
+            keras_train_step if args.loop == "run-keras" else make_train_step(),  # type: ignore[arg-type]
+            total_steps=args.epochs * args.steps_per_epoch,
+            steps_per_epoch=args.steps_per_epoch,
+        )
+        model, optimizer = state["model"], state["optimizer"]
     import numpy as np
 
-    model = agent.model
     values = [np.asarray(v.value) for v in model.variables]  # type: ignore[attr-defined]
-    values += [np.asarray(v.value) for v in model.optimizer.variables]  # type: ignore[attr-defined]
+    values += [np.asarray(v.value) for v in optimizer.variables]  # type: ignore[attr-defined]
     os.makedirs(args.out_dir, exist_ok=True)
     np.savez(
         os.path.join(args.out_dir, f"weights.p{args.process}.npz"),

@@ -1,4 +1,4 @@
-"""Multi-process ``agent.fit`` on JAX's CPU runtime: real processes, real signals.
+"""Multi-process ``fit`` and ``run`` on JAX's CPU runtime: real processes and signals.
 
 Two processes x two CPU devices, gloo collectives, a coordinator on
 127.0.0.1 (tests/on_jax/multihost_worker.py). A process SIGKILLed during
@@ -6,7 +6,9 @@ training makes the survivor exit RESTART within the peer bound, and the
 restarted pair ends bitwise equal to an uninterrupted run; a SIGTERM to one
 process makes both checkpoint at the same step through JAX's preemption
 sync point and exit PREEMPTED; a checkpoint missing one process's marker is
-never restored.
+never restored. The custom loop (``agent.run``) survives the same SIGKILL
+bitwise; data the user shards per process (``data_sharding="per_process"``)
+trains and resumes bitwise, and shards that disagree fail on every process.
 """
 
 from __future__ import annotations
@@ -147,12 +149,52 @@ def test_two_processes_fit_with_one_owner(reference: tuple[str, str]) -> None:
     ]
 
 
+@pytest.fixture(scope="module")
+def run_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """An uninterrupted 2 x 2 custom loop (``agent.run``): run dir, outputs."""
+    base = tmp_path_factory.mktemp("run-reference")
+    run_dir, out = str(base / "run"), str(base / "out")
+    finish(run_pair(run_dir, out, "--loop", "run"))
+    return run_dir, out
+
+
 def test_sigkill_of_one_process_restart_is_bitwise(
     reference: tuple[str, str], tmp_path: str
 ) -> None:
+    kill_one_restart_bitwise(reference, tmp_path)
+
+
+def test_custom_loop_sigkill_of_one_process_restart_is_bitwise(
+    run_reference: tuple[str, str], tmp_path: str
+) -> None:
+    """``agent.run`` on 2 x 2: each process's rows assembled into the global
+    batch its jitted step gets, the same step-end duties and watch as fit."""
+    _, ref_out = run_reference
+    assert_bitwise(weights(ref_out, 0), weights(ref_out, 1))  # replicated, equal
+    kill_one_restart_bitwise(run_reference, tmp_path, "--loop", "run")
+
+
+def test_custom_loop_with_keras_train_on_batch_equals_fit(
+    reference: tuple[str, str], tmp_path: str
+) -> None:
+    """``agent.run`` whose step is Keras' ``train_on_batch`` on
+    ``cr.process_rows(batch)`` (this process's rows of the global batch):
+    on 2 x 2 it ends bitwise equal to ``agent.fit`` over the same data."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    finish(run_pair(run_dir, out, "--loop", "run-keras"))
+    _, ref_out = reference
+    for k in (0, 1):
+        assert_bitwise(weights(out, k), weights(ref_out, k))
+
+
+def kill_one_restart_bitwise(
+    reference: tuple[str, str], tmp_path: str, *extra: str
+) -> None:
+    """SIGKILL one process at a random step of training; the survivor exits
+    RESTART within the bound; the restarted pair ends bitwise as ``reference``."""
     run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
     target = random.Random().randint(4, TOTAL_STEPS - 6)
-    survivor, victim = run_pair(run_dir, out, "--step-delay", "0.15")
+    survivor, victim = run_pair(run_dir, out, "--step-delay", "0.15", *extra)
     at = victim.wait_for_step(target)
     victim.proc.send_signal(signal.SIGKILL)
     killed = time.monotonic()
@@ -162,7 +204,7 @@ def test_sigkill_of_one_process_restart_is_bitwise(
     # The kill landed during training: neither process reached the end.
     assert at < TOTAL_STEPS and max(survivor.steps) < TOTAL_STEPS
     assert took < 3 * DEAD_AFTER + 10, took
-    finish(run_pair(run_dir, out))
+    finish(run_pair(run_dir, out, *extra))
     _, ref_out = reference
     for k in (0, 1):
         assert_bitwise(weights(out, k), weights(ref_out, k))
@@ -294,3 +336,54 @@ def test_one_processs_stop_and_clock_saves_are_agreed(
     _, ref_out = reference
     for k in (0, 1):
         assert_bitwise(weights(out, k), weights(ref_out, k))
+
+
+PER_PROCESS = ("--data", "per-process")
+
+
+def test_per_process_shards_train_and_resume_bitwise(
+    reference: tuple[str, str], tmp_path: str
+) -> None:
+    """``data_sharding="per_process"``: each process's make_dataset yields
+    only its own rows (the rows the agent would feed it, so the run must end
+    bitwise equal to the global-data reference). Stopped mid-run by process
+    0 alone; a restart with process 1's shard changed (same shapes, rows
+    reversed) fails on both processes: the fingerprint covers every
+    process's first batch; the restart with the same shards is bitwise."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    stop = ("--step-delay", "0.1", "--stop-at", "5", "--stop-process", "0")
+    finish(run_pair(run_dir, out, *PER_PROCESS, *stop))
+    with open(os.path.join(run_dir, rundir.process_heartbeat_path(1, 0))) as f:
+        stopped = json.load(f)["step"]
+    assert 5 <= stopped < TOTAL_STEPS, stopped
+    changed = run_pair(run_dir, out, *PER_PROCESS, "--change-shard", "1:reversed")
+    codes = [p.wait() for p in changed]
+    assert codes == [exit_status.FAILED] * 2, changed[0].text() + changed[1].text()
+    for p in changed:
+        assert "NonDeterministicDatasetError" in p.text(), p.text()
+        assert not p.steps  # refused before a step
+    finish(run_pair(run_dir, out, *PER_PROCESS))
+    _, ref_out = reference
+    for k in (0, 1):
+        assert_bitwise(weights(out, k), weights(ref_out, k))
+    with open(os.path.join(out, "result.p0.json")) as f:
+        assert json.load(f)["resumed_at"] == stopped
+
+
+def test_per_process_shards_that_disagree_fail_on_every_process(
+    tmp_path: str,
+) -> None:
+    """Process 1's shard is one row short: both processes fail at once, before
+    a step, each naming both processes' row counts and shapes."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    pair = run_pair(run_dir, out, *PER_PROCESS, "--change-shard", "1:short")
+    codes = [p.wait() for p in pair]
+    assert codes == [exit_status.FAILED] * 2, pair[0].text() + pair[1].text()
+    said = {
+        0: "process 1's batch has 3 rows, process 0's 4",
+        1: "process 0's batch has 4 rows, process 1's 3",
+    }
+    for k, p in enumerate(pair):
+        assert said[k] in p.text(), p.text()
+        assert "process 1: (3, 5) float32" in p.text(), p.text()
+        assert not p.steps

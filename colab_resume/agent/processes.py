@@ -1,0 +1,150 @@
+"""The outer loop's one seam for "this run has several processes".
+
+:class:`~colab_resume.agent.loop.RunLoop` is the same loop for one process
+or many; what differs is asked of a :class:`Processes`: how the run is
+taken (the lease, and who holds it), what guards training (SIGTERM, the
+cloud's preemption notices), whether the restored step and the step-end
+decisions must be agreed, and what an error or the end means. A single
+process is :class:`OneProcess`, here; a multi-process run is
+:class:`~colab_resume.agent.multihost.MultiHost`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from colab_resume.agent.controls import Controls
+from colab_resume.agent.options import AgentOptions
+from colab_resume.checkpoint import CheckpointManager
+from colab_resume.events import EventLog
+from colab_resume.heartbeat import RunSession
+from colab_resume.launch import notices
+from colab_resume.runtime import Connection
+from colab_resume.storage import Storage
+
+log = logging.getLogger(__name__)
+
+StopAt = Callable[[int], bool]
+Agree = Callable[[int, int], "int | None"]
+
+
+class Processes(Protocol):
+    """What the outer loop asks of the run's processes (see the module docstring)."""
+
+    @property
+    def leads(self) -> bool:
+        """This process owns the run (its session is the run's)."""
+        ...
+
+    def take_run(
+        self,
+        storage: Storage,
+        options: AgentOptions,
+        events: EventLog,
+        countdown: Callable[..., Any],
+        connection: Connection | None,
+    ) -> tuple[Any, CheckpointManager]:
+        """This process's session (the lease, or its stand-in) and checkpoints."""
+        ...
+
+    def guarding(
+        self, options: AgentOptions, controls: Controls, events: EventLog
+    ) -> contextlib.AbstractContextManager[None]:
+        """What turns SIGTERM and preemption notices into a clean stop."""
+        ...
+
+    def agree_start(self, step: int, steps_per_epoch: int | None) -> None:
+        """Check every process restored ``step`` (and has the epoch length)."""
+        ...
+
+    def step_agreement(self) -> tuple[StopAt | None, Agree | None]:
+        """The step duties' ``stop_at`` and ``agree`` (None: nothing to agree)."""
+        ...
+
+    def after_error(self, exc: BaseException) -> None:
+        """Training ended on ``exc``; may end the process (a lost peer)."""
+        ...
+
+    def ended(self, stopped: bool) -> None:
+        """The drive ended after its final commit (``stopped``: before its end)."""
+        ...
+
+
+class OneProcess:
+    """A single-process run: the lease is its own, SIGTERM asks for a clean stop."""
+
+    leads = True
+
+    def take_run(
+        self,
+        storage: Storage,
+        options: AgentOptions,
+        events: EventLog,
+        countdown: Callable[..., Any],
+        connection: Connection | None,
+    ) -> tuple[Any, CheckpointManager]:
+        session = RunSession.open(
+            storage, options.session, events=events, on_countdown=countdown
+        )
+        session.update(accelerator=connection.label if connection else None)
+        manager = CheckpointManager(
+            storage,
+            lease=session.lease,
+            fence=session.fence,
+            events=events,
+            config=dataclasses.replace(
+                options.checkpoints,
+                io_device=connection.io_device if connection else None,
+            ),
+        )
+        return session, manager
+
+    @contextlib.contextmanager
+    def guarding(
+        self, options: AgentOptions, controls: Controls, events: EventLog
+    ) -> Iterator[None]:
+        with (
+            graceful_sigterm(controls),
+            notices.watching(options.preemption_notices, controls, events),
+        ):
+            yield
+
+    def agree_start(self, step: int, steps_per_epoch: int | None) -> None:
+        """Nothing to agree with."""
+
+    def step_agreement(self) -> tuple[StopAt | None, Agree | None]:
+        return None, None
+
+    def after_error(self, exc: BaseException) -> None:
+        """The error is the caller's to raise."""
+
+    def ended(self, stopped: bool) -> None:
+        """Nothing beyond the session's own end."""
+
+
+ONE_PROCESS = OneProcess()
+
+
+@contextlib.contextmanager
+def graceful_sigterm(controls: Controls) -> Iterator[None]:
+    """SIGTERM asks for a clean stop (checkpoint first) instead of killing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        log.warning("SIGTERM: checkpointing and stopping at the next step")
+        controls.preempt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
