@@ -71,6 +71,10 @@ from colab_resume.storage import Storage
 
 log = logging.getLogger(__name__)
 
+# Download the checkpoint while build_model() runs (restore_into). Off only
+# to measure what it saves (bench/bench_first_step.py).
+PREFETCH = True
+
 
 class RunLoop:
     """See the module docstring.
@@ -411,10 +415,19 @@ class RunLoop:
             step training starts at.
         """
         self.duties = None  # they save the state this build replaces
-        if strategy is not None:
-            with strategy.scope():
-                driver.build()
-        info = manager.restore(driver.state)
+        # The newest checkpoint downloads while the model builds; a build
+        # that raises (or a Ctrl-C in it) cancels it and deletes its files.
+        prefetch = manager.prefetch() if PREFETCH and strategy is not None else None
+        try:
+            if strategy is not None:
+                with strategy.scope():
+                    driver.build()
+            state = driver.state
+        except BaseException:
+            if prefetch is not None:
+                prefetch.close()
+            raise
+        info = manager.restore(state, prefetch=prefetch)
         epoch_length.check(info, driver.steps_per_epoch)
         start = driver.restored(info)
         if self.multihost is not None:
