@@ -188,7 +188,7 @@ def read_shards(
     *,
     files: Sequence[FileEntry] | None = None,
     tensors: int = UNLISTED_TENSORS,
-    arrived: Callable[[str], None] | None = None,
+    arrived: Callable[[str], dict[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
     """Every tensor of the shards next to ``prefix``, by name.
 
@@ -198,7 +198,9 @@ def read_shards(
             checked against its entry. None: whatever shards lie there.
         tensors: how many tensors the checkpoint lists (bounds each header).
         arrived: called with a shard's name before it is read; blocks until
-            it is downloaded and verified (the next ones download meanwhile).
+            it is downloaded and verified (the next ones download meanwhile),
+            and returns its tensors where it was read already (as this
+            reads it), else None.
     """
     directory, base = os.path.split(prefix)
     if files is None:
@@ -214,9 +216,12 @@ def read_shards(
         ]
     arrays: dict[str, Any] = {}
     for path, entry in found:
-        if arrived is not None:
-            arrived(os.path.basename(path))
-        arrays.update(read_arrays(path, tensors=tensors, entry=entry))
+        early = arrived(os.path.basename(path)) if arrived is not None else None
+        arrays.update(
+            early
+            if early is not None
+            else read_arrays(path, tensors=tensors, entry=entry)
+        )
     return arrays
 
 
@@ -502,7 +507,7 @@ class ArrayState:
         saved: dict[str, Any],
         options: Any = None,
         files: Sequence[FileEntry] | None = None,
-        arrived: Callable[[str], None] | None = None,
+        arrived: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> list[str]:
         """Read the shards next to ``prefix`` into the live variables, by position.
 

@@ -7,15 +7,20 @@ Two overlaps shorten the time to the first resumed step:
   download as soon as the run is taken, while ``build_model()`` runs on
   the training thread;
 - :class:`ShardFetch` downloads a checkpoint's files in the manifest's
-  order, and the reader waits for each file only when it reaches it
-  (:meth:`ShardFetch.arrived`), so reading one shard overlaps the
-  download of the next.
+  order and reads each portable shard as soon as it has arrived and
+  verified, while the next ones download; the reader waits for each file
+  only when it reaches it (:meth:`ShardFetch.arrived`).
 
-The files go to local disk (the staging directory), never to memory of
-their own, and each is checked against the manifest's size and CRC32C as
-it streams in, as a download without a prefetch is. A cancelled fetch
-waits for the downloads in flight and deletes its directory: nothing is
-left behind by a build that failed or was interrupted.
+The files go to local disk (the staging directory), and each is checked
+against the manifest's size and CRC32C as it streams in, as a download
+without a prefetch is. A shard read early is read exactly as the restore
+reads it (:func:`~colab_resume.checkpoint.arrays.read_arrays`: one copy in
+memory of its own, its CRC32C checked again over that copy); those copies
+are the ones the restore holds anyway before it assigns, so reading them
+early adds no memory, and it is skipped where the checkpoint would take
+more than half the memory available. A cancelled fetch waits for the
+downloads in flight and deletes its directory and copies: nothing is left
+behind by a build that failed or was interrupted.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+from colab_resume import procfs
+from colab_resume.checkpoint.arrays import SUFFIX, is_array_checkpoint, read_arrays
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
@@ -41,6 +49,18 @@ from colab_resume.storage import Storage
 # does not fit beside it is downloaded after the build, once its size is
 # checked against the state's (restore.size_bound), as without a prefetch.
 FREE_DISK_MARGIN = 1 << 30
+# Shards are read into memory as they arrive only while the whole
+# checkpoint takes at most this share of the memory available.
+EARLY_READ_SHARE = 0.5
+
+
+def memory_available() -> int | None:
+    """``MemAvailable`` of this machine in bytes (None: not Linux)."""
+    text = procfs.read_text("/proc/meminfo")
+    for line in (text or "").splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
 
 
 class Damaged(Exception):
@@ -133,7 +153,13 @@ class ShardFetch:
         self.manifest = manifest
         self.directory = directory
         self.waited = 0.0  # seconds the reader spent blocked on a file
-        self._entries = {f.name: f for f in manifest.files}
+        names = [f.name for f in manifest.files]
+        available = memory_available()
+        read_early = is_array_checkpoint(names) and (
+            available is not None
+            and manifest.total_bytes <= EARLY_READ_SHARE * available
+        )
+        listed = sum(len(v) for v in manifest.structure.values() if isinstance(v, list))
         progress = TransferProgress(
             events,
             kind="checkpoint.download.progress",
@@ -144,8 +170,9 @@ class ShardFetch:
         )
 
         def one(item: FileEntry) -> None:
+            local = os.path.join(directory, item.name)
             size, crc = storage.get_file_checked(
-                f"{entry.name.path}/{item.name}", os.path.join(directory, item.name)
+                f"{entry.name.path}/{item.name}", local
             )
             progress.advance(size)
             check_arrival(item, size, crc)
@@ -156,16 +183,37 @@ class ShardFetch:
         )
         # Submitted in the manifest's order, the order the reader reads in.
         self._futures = {f.name: self._pool.submit(one, f) for f in manifest.files}
+        # One reader, shard after shard as each arrives: parallel reads would
+        # only compete with the downloads (and the build) for the cores.
+        self._reader = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="colab-resume-early-read"
+        )
+        self._reads: dict[str, concurrent.futures.Future[dict[str, Any]]] = {}
+        if read_early:
+
+            def read(item: FileEntry) -> dict[str, Any]:
+                self._futures[item.name].result()
+                local = os.path.join(directory, item.name)
+                return read_arrays(local, tensors=listed, entry=item)
+
+            for item in manifest.files:
+                if item.name.endswith(SUFFIX):
+                    self._reads[item.name] = self._reader.submit(read, item)
 
     @property
     def prefix(self) -> str:
         """The local checkpoint prefix the reader reads from."""
         return os.path.join(self.directory, self.manifest.prefix)
 
-    def arrived(self, name: str) -> None:
+    def arrived(self, name: str) -> dict[str, Any] | None:
         """Block until file ``name`` is on local disk and matches the manifest.
 
+        Returns:
+            Its tensors, where it is a shard read already (then handed over:
+            a second call returns None), else None.
+
         Raises:
+            DamagedCheckpointError: the shard read early is damaged.
             Damaged: it does not match, or vanished from storage.
             Exception: the download's own error (a storage outage past its
                 retries is not damage, and is raised as is).
@@ -176,6 +224,8 @@ class ShardFetch:
         started = time.perf_counter()
         try:
             future.result()
+            read = self._reads.pop(name, None)
+            return None if read is None else read.result()
         except FileNotFoundError as exc:
             raise Damaged(f"a file vanished during download ({exc})") from None
         finally:
@@ -189,6 +239,8 @@ class ShardFetch:
     def close(self) -> None:
         """Cancel the downloads not started, wait for the others, delete the files."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._reader.shutdown(wait=True, cancel_futures=True)
+        self._reads.clear()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -346,5 +398,6 @@ def open_fetch(
         raise
 
 
-# What a reader calls before it reads a file: blocks until the file is local.
-ArrivalWait = Callable[[str], None]
+# What a reader calls before it reads a file: blocks until the file is local
+# and verified; returns the shard's tensors where they were read already.
+ArrivalWait = Callable[[str], "dict[str, Any] | None"]

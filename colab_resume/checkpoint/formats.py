@@ -73,7 +73,7 @@ class StateFiles(Protocol):
         saved: dict[str, Any],
         options: Any,
         files: Sequence[FileEntry] | None = None,
-        arrived: Callable[[str], None] | None = None,
+        arrived: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> list[str]:
         """Read the files at ``prefix`` into the live variables; the optional
         groups skipped because they did not fit.

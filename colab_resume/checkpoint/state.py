@@ -105,7 +105,7 @@ class TrainingState:
         saved: dict[str, Any],
         options: Any,
         files: Sequence[Any] | None = None,
-        arrived: Callable[[str], None] | None = None,
+        arrived: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> list[str]:
         """Read ``prefix`` into the live variables.
 
