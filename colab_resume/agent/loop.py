@@ -6,8 +6,9 @@ Once per ``fit``/``run`` call (:meth:`RunLoop.drive`):
    (or, asked for more steps than it had, continue from its final state);
 2. take the run (watch a recent holder, refuse a live one unless
    ``takeover``; wait out a silent one with a countdown);
-3. build everything inside a fresh ``strategy.scope()``, restore the newest
-   valid checkpoint, position the data, train;
+3. build everything inside a fresh ``strategy.scope()`` (the newest
+   checkpoint downloading meanwhile), restore the newest valid checkpoint,
+   position the data, train;
 4. on an accelerator loss: reconnect, and go back to 3 (bounded, with
    backoff) — the same bitwise result as if nothing happened;
 5. at the end: a final checkpoint, wait for its commit, DONE.json.

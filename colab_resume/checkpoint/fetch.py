@@ -231,11 +231,6 @@ class ShardFetch:
         finally:
             self.waited += time.perf_counter() - started
 
-    def arrived_all(self) -> None:
-        """:meth:`arrived` for every file, in the manifest's order."""
-        for item in self.manifest.files:
-            self.arrived(item.name)
-
     def close(self) -> None:
         """Cancel the downloads not started, wait for the others, delete the files."""
         self._pool.shutdown(wait=True, cancel_futures=True)
