@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from support.checkpoints import is_data_file
+from support.waiting import wait_for
 
 from colab_resume.checkpoint import (
     CheckpointManager,
@@ -128,18 +129,82 @@ def _damage(storage, how: str) -> str:
     return data.rsplit("/", 1)[1]
 
 
+@pytest.mark.parametrize("prefetched", [False, True], ids=["now", "prefetched"])
 @pytest.mark.parametrize("how", ["truncated", "corrupted", "missing"])
-def test_damaged_newest_falls_back_with_warning(storage, how):
+def test_damaged_newest_falls_back_with_warning(storage, how, prefetched):
+    """Found by the restore itself, or by a prefetch started before the state
+    was built: the same fallback, the same warning."""
     saved = save_steps(manager(storage, keep=5), [1, 2])
     bad_file = _damage(storage, how)
-    events, fresh = EventLog(), make_state(99)
-    info = manager(storage, lease=2, events=events).restore(fresh)
+    events = EventLog()
+    mgr = manager(storage, lease=2, events=events)
+    prefetch = mgr.prefetch() if prefetched else None
+    fresh = make_state(99)
+    info = mgr.restore(fresh, prefetch=prefetch)
     assert info.step == 1
     assert_same(values(fresh), saved[1])
     (warning,) = events.recent(kind="checkpoint.damaged")
     assert warning.level == "warning"
     assert bad_file in warning.message and how in warning.message
     assert info.skipped[0][0] == "step-000000002.e00000001"
+
+
+def _downloads(staging: str) -> list[str]:
+    """The prefetch/restore download directories under ``staging``."""
+    if not os.path.isdir(staging):
+        return []
+    return [d for d in os.listdir(staging) if d.startswith("restore-")]
+
+
+def test_a_prefetched_restore_is_bitwise_and_downloads_each_file_once(storage):
+    """The prefetch has the whole newest checkpoint on local disk before the
+    state is even made; the restore reads those copies (verified as any
+    download is) and puts back exactly what was saved."""
+    saved = save_steps(manager(storage, keep=5), [1, 2])
+    name = CheckpointName(2, 1)
+    sizes = {
+        i.path.rsplit("/", 1)[1]: i.size
+        for i in storage.list(name.path)
+        if not i.path.endswith(MANIFEST)
+    }
+    events = EventLog()
+    mgr = manager(storage, lease=2, events=events)
+    prefetch = mgr.prefetch()
+
+    def all_downloaded() -> bool:
+        for folder in _downloads(STAGING):
+            here = os.path.join(STAGING, folder)
+            if all(
+                os.path.isfile(os.path.join(here, f))
+                and os.path.getsize(os.path.join(here, f)) == size
+                for f, size in sizes.items()
+            ):
+                return True
+        return False
+
+    wait_for(all_downloaded, 60, "the prefetch's download of step 2")
+    fresh = make_state(99)  # the "build", after the download
+    info = mgr.restore(fresh, prefetch=prefetch)
+    assert (info.step, info.skipped) == (2, ())
+    assert_same(values(fresh), saved[2])
+    assert _downloads(STAGING) == []  # read, then deleted
+    assert events.recent(kind="checkpoint.damaged") == []
+
+
+def test_a_prefetch_closed_without_a_restore_leaves_nothing(storage):
+    """A build that fails closes the prefetch: its files are deleted and the
+    run directory is as it was."""
+    save_steps(manager(storage, keep=5), [1, 2])
+    before = sorted(i.path for i in storage.list("checkpoints"))
+    mgr = manager(storage, lease=2)
+    prefetch = mgr.prefetch()
+    wait_for(lambda: _downloads(STAGING), 60, "the prefetch's download directory")
+    prefetch.close()
+    prefetch.close()  # idempotent
+    assert _downloads(STAGING) == []
+    assert sorted(i.path for i in storage.list("checkpoints")) == before
+    fresh = make_state(99)
+    assert mgr.restore(fresh).step == 2  # a restore after it still works
 
 
 def test_memory_storage_verifies_content_after_download():

@@ -61,8 +61,10 @@ def saved(proxy, gcs_run_dir, tmp_path):
     return storage
 
 
-def _restore(storage: Storage, tmp_path) -> tuple[object, EventLog, dict]:
-    events, fresh = EventLog(), make_state(99)
+def _restore(
+    storage: Storage, tmp_path, *, prefetched: bool = False
+) -> tuple[object, EventLog, dict]:
+    events = EventLog()
     manager = CheckpointManager(
         storage,
         lease=2,
@@ -70,7 +72,9 @@ def _restore(storage: Storage, tmp_path) -> tuple[object, EventLog, dict]:
         events=events,
         staging_dir=str(tmp_path / "restore"),
     )
-    info = manager.restore(fresh)
+    prefetch = manager.prefetch() if prefetched else None
+    fresh = make_state(99)
+    info = manager.restore(fresh, prefetch=prefetch)
     manager.close()
     return info, events, fresh
 
@@ -90,13 +94,14 @@ def _checkpoint_requests(seen: list[Seen]) -> tuple[list[str], list[str]]:
     return metadata, media
 
 
+@pytest.mark.parametrize("prefetched", [False, True], ids=["now", "prefetched"])
 def test_restore_makes_one_request_per_file_and_no_metadata_requests(
-    saved, proxy, tmp_path
+    saved, proxy, tmp_path, prefetched
 ):
     files = [i for i in saved.list(CheckpointName(2, 1).path)]
     assert len(files) >= 4  # manifest, index and data shards
     proxy.seen.clear()
-    info, _, fresh = _restore(saved, tmp_path)
+    info, _, fresh = _restore(saved, tmp_path, prefetched=prefetched)
     assert info.step == 2
     assert np.array_equal(fresh["w"].numpy(), make_state(2)["w"].numpy())
     metadata, media = _checkpoint_requests(proxy.seen)
@@ -106,13 +111,18 @@ def test_restore_makes_one_request_per_file_and_no_metadata_requests(
     assert set(info.seconds) == {"list", "verify", "download", "read"}
 
 
-def test_bytes_damaged_in_transit_are_caught_while_streaming(saved, proxy, tmp_path):
+@pytest.mark.parametrize("prefetched", [False, True], ids=["now", "prefetched"])
+def test_bytes_damaged_in_transit_are_caught_while_streaming(
+    saved, proxy, tmp_path, prefetched
+):
+    """Also when the damaged download is the prefetch's, made before the
+    state was built: the same fallback to the previous checkpoint."""
     data = sorted(
         i.path for i in saved.list(CheckpointName(2, 1).path) if is_data_file(i.path)
     )[0]
     proxy.seen.clear()
     proxy.set_mix(FaultMix(corrupt_rate=1.0, match=path_contains(data, "GET")))
-    info, events, fresh = _restore(saved, tmp_path)
+    info, events, fresh = _restore(saved, tmp_path, prefetched=prefetched)
     assert proxy.counts["corrupt"] >= 1
     assert info.step == 1  # fell back: the newest did not verify
     assert np.array_equal(fresh["w"].numpy(), make_state(1)["w"].numpy())

@@ -20,8 +20,10 @@ import os
 import pytest
 import tensorflow as tf
 from support.toy import at_step, tiny_fit_parts
+from support.waiting import wait_for
 
 import colab_resume as cr
+from colab_resume.checkpoint import CheckpointManager
 from colab_resume.checkpoint.errors import NoValidCheckpointError
 from colab_resume.protocol.listing import RunListing
 from colab_resume.storage import Storage
@@ -136,4 +138,51 @@ def test_a_second_fit_whose_restore_fails_does_not_save_the_first_fits_state(
             agent.fit(
                 build_model, lambda e: data, epochs=2, steps_per_epoch=8, verbose=0
             )
+    assert committed_steps(run_dir) == [4, 8]
+
+
+@pytest.mark.parametrize("raised", [ValueError, KeyboardInterrupt])
+def test_a_build_that_raises_while_the_checkpoint_prefetches_leaves_nothing(
+    tmp_path, monkeypatch, raised
+):
+    """The newest checkpoint downloads while ``build_model()`` runs; a build
+    that raises (or a Ctrl-C in it) once that download is under way commits
+    nothing and leaves none of its files in the staging directory."""
+    run_dir = str(tmp_path / "run")
+    with agent_for(run_dir) as agent:
+        build_model, data = tiny_fit_parts()
+        agent.fit(build_model, lambda e: data, epochs=1, steps_per_epoch=8, verbose=0)
+    assert committed_steps(run_dir) == [4, 8]
+
+    # What the staging directory holds when the failed session's manager
+    # closes (it deletes its own staging directory then, prefetch or not).
+    left: list[list[str]] = []
+    close = CheckpointManager.close
+
+    def spying_close(manager: CheckpointManager) -> None:
+        root = manager._staging_root  # internal: where downloads go
+        left.append(sorted(os.listdir(root)) if os.path.isdir(root) else [])
+        close(manager)
+
+    monkeypatch.setattr(CheckpointManager, "close", spying_close)
+    prefetching: list[str] = []
+
+    def failing_build() -> object:
+        manager = agent._loop.checkpoints  # internal: the session's manager
+        assert manager is not None
+        root = manager._staging_root
+
+        def download_started() -> list[str]:
+            return [d for d in os.listdir(root) if d.startswith("restore-")]
+
+        prefetching.extend(wait_for(download_started, 60, "the prefetch"))
+        raise raised("build_model failed (test)")
+
+    with agent_for(run_dir) as agent:
+        with pytest.raises(raised):
+            agent.fit(
+                failing_build, lambda e: data, epochs=2, steps_per_epoch=8, verbose=0
+            )
+    assert prefetching  # the build failed while the checkpoint downloaded
+    assert left and all(not any(d in names for d in prefetching) for names in left)
     assert committed_steps(run_dir) == [4, 8]

@@ -4,7 +4,7 @@
         [--endpoint URL] [--epochs E] [--steps-per-epoch S] [--save-every N]
         [--kill-at-step N] [--kill-in-save-from-step N] [--kill-after-steps K]
         [--unavailable-at-step N] [--settle-kill-at-step N]
-        [--exit-after-steps K] [--step-sleep S]
+        [--exit-after-steps K] [--step-sleep S] [--profile OUT.json]
 
 Writes every model and optimizer variable to OUT.npz when training ends,
 and what happened to EVENTS.jsonl as it happens (see ``faults``). Exit
@@ -50,6 +50,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=Schedule.epochs)
     parser.add_argument("--steps-per-epoch", type=int, default=Schedule.steps_per_epoch)
     parser.add_argument("--save-every", type=int, default=Schedule.save_every)
+    parser.add_argument(
+        "--profile",
+        help="write where the training thread's time went (cProfile) to this JSON",
+    )
     for name in FaultPlan.__dataclass_fields__:
         kind = float if name in ("kill_delay", "step_sleep") else int
         parser.add_argument("--" + name.replace("_", "-"), type=kind)
@@ -131,7 +135,9 @@ def _train(
         directory=args.directory,
     )
     events.emit("train_begin")
+    profiler = _Profile() if args.profile else None
     started = time.perf_counter()
+    cpu_started = os.times()
     if args.contender == "plain_fit":
         model = contenders.train_plain_fit(ctx)
     elif args.contender == "bar":
@@ -142,14 +148,64 @@ def _train(
     else:
         model = contenders.train_cr(ctx, agent)
     seconds = time.perf_counter() - started
+    cpu = os.times()
+    cpu_s = cpu.user + cpu.system - cpu_started.user - cpu_started.system
+    if profiler is not None:
+        profiler.write(args.profile, seconds, cpu_s)
     events.emit(
         "train_end",
         seconds=round(seconds, 4),
+        cpu_s=round(cpu_s, 4),
         recoveries=getattr(agent, "recoveries", 0),
     )
     np.savez(args.out, **variables_of(model))
     events.emit("done", step=faults.step)
     return 0
+
+
+class _Profile:
+    """cProfile of the training thread, summed into the agent's own parts.
+
+    Only the training thread is profiled (the upload and heartbeat threads
+    are seen through the process's CPU time); a profiled run is slower, so
+    it is never one of the timed rounds.
+    """
+
+    # Where the agent's time on the training thread goes, by function.
+    PARTS = {
+        "step duties (after every step)": ("steps.py", "after_step"),
+        "save: snapshot (metrics, extras, fingerprint)": ("keras_fit.py", "snapshot"),
+        "save: data fingerprint (make_dataset + 1st batch)": ("data.py", "record"),
+        "save: host copy of the variables": ("arrays.py", "write"),
+        "save: wait for the previous upload": ("manager.py", "_wait_for_upload"),
+        "epoch datasets (make_dataset)": ("keras_fit.py", "_epoch_data"),
+        "restore (none on a fresh run)": ("manager.py", "restore"),
+        "lease and session (take the run)": ("loop.py", "take_run"),
+        "final save + wait for its commit": ("loop.py", "finish"),
+        "Keras fit (everything, agent hooks included)": ("trainer.py", "fit"),
+    }
+
+    def __init__(self) -> None:
+        import cProfile
+
+        self.profile = cProfile.Profile()
+        self.profile.enable()
+
+    def write(self, path: str, seconds: float, cpu_s: float) -> None:
+        import json
+        import pstats
+
+        self.profile.disable()
+        stats = pstats.Stats(self.profile).stats  # type: ignore[attr-defined]
+        parts: dict[str, float] = {}
+        for label, (file_end, function) in self.PARTS.items():
+            parts[label] = sum(
+                value[3]
+                for (file, _, name), value in stats.items()
+                if name == function and file.endswith(file_end)
+            )
+        with open(path, "w") as out:
+            json.dump({"train_s": seconds, "cpu_s": cpu_s, "parts": parts}, out)
 
 
 if __name__ == "__main__":

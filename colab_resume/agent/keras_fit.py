@@ -185,6 +185,9 @@ class KerasFit:
     def snapshot(self) -> Snapshot:
         history = {"epoch": list(self.history.epoch), "history": self.history.history}
         backend.current().sync_fit_state(self.model)
+        # The epoch this checkpoint resumes in (or, at its end, the last one
+        # before) is the one a resume checks: recorded once, by its first save.
+        self.fingerprints.record(self.epoch)
         state = self.state
         if self._slots is not None:
             self._slots.store()
@@ -256,9 +259,14 @@ class KerasFit:
         return span
 
     def _epoch_data(self, epoch: int, skip: int, first: bool) -> Any:
-        """``epoch``'s dataset, positioned at ``skip``; its fingerprint recorded."""
+        """``epoch``'s dataset, positioned at ``skip``.
+
+        Its fingerprint is recorded by the first save in it (:meth:`snapshot`),
+        not here: that costs a second build and a first batch, which only a
+        checkpoint needs, and most epochs end without one at the cadences
+        users choose.
+        """
         started = time.perf_counter()
-        self.fingerprints.record(epoch)  # a build and its first batch
         dataset = epoch_dataset(
             self.make_dataset, epoch, skip=skip, steps_per_epoch=self.steps_per_epoch
         )

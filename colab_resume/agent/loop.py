@@ -6,8 +6,9 @@ Once per ``fit``/``run`` call (:meth:`RunLoop.drive`):
    (or, asked for more steps than it had, continue from its final state);
 2. take the run (watch a recent holder, refuse a live one unless
    ``takeover``; wait out a silent one with a countdown);
-3. build everything inside a fresh ``strategy.scope()``, restore the newest
-   valid checkpoint, position the data, train;
+3. build everything inside a fresh ``strategy.scope()`` (the newest
+   checkpoint downloading meanwhile), restore the newest valid checkpoint,
+   position the data, train;
 4. on an accelerator loss: reconnect, and go back to 3 (bounded, with
    backoff) — the same bitwise result as if nothing happened;
 5. at the end: a final checkpoint, wait for its commit, DONE.json.
@@ -72,6 +73,10 @@ from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
 
 log = logging.getLogger(__name__)
+
+# Download the checkpoint while build_model() runs (restore_into). Off only
+# to measure what it saves (bench/bench_first_step.py).
+PREFETCH = True
 
 
 class RunLoop:
@@ -348,10 +353,19 @@ class RunLoop:
             step training starts at.
         """
         self.duties = None  # they save the state this build replaces
-        if strategy is not None:
-            with strategy.scope():
-                driver.build()
-        info = manager.restore(driver.state)
+        # The newest checkpoint downloads while the model builds; a build
+        # that raises (or a Ctrl-C in it) cancels it and deletes its files.
+        prefetch = manager.prefetch() if PREFETCH and strategy is not None else None
+        try:
+            if strategy is not None:
+                with strategy.scope():
+                    driver.build()
+            state = driver.state
+        except BaseException:
+            if prefetch is not None:
+                prefetch.close()
+            raise
+        info = manager.restore(state, prefetch=prefetch)
         epoch_length.check(info, driver.steps_per_epoch)
         start = driver.restored(info)
         self.processes.agree_start(start, driver.steps_per_epoch)

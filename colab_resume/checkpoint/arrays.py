@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from colab_resume import backend
@@ -188,6 +188,7 @@ def read_shards(
     *,
     files: Sequence[FileEntry] | None = None,
     tensors: int = UNLISTED_TENSORS,
+    arrived: Callable[[str], dict[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
     """Every tensor of the shards next to ``prefix``, by name.
 
@@ -196,6 +197,10 @@ def read_shards(
         files: the manifest's entries: exactly its shards are read, each
             checked against its entry. None: whatever shards lie there.
         tensors: how many tensors the checkpoint lists (bounds each header).
+        arrived: called with a shard's name before it is read; blocks until
+            it is downloaded and verified (the next ones download meanwhile),
+            and returns its tensors where it was read already (as this
+            reads it), else None.
     """
     directory, base = os.path.split(prefix)
     if files is None:
@@ -211,7 +216,12 @@ def read_shards(
         ]
     arrays: dict[str, Any] = {}
     for path, entry in found:
-        arrays.update(read_arrays(path, tensors=tensors, entry=entry))
+        early = arrived(os.path.basename(path)) if arrived is not None else None
+        arrays.update(
+            early
+            if early is not None
+            else read_arrays(path, tensors=tensors, entry=entry)
+        )
     return arrays
 
 
@@ -497,6 +507,7 @@ class ArrayState:
         saved: dict[str, Any],
         options: Any = None,
         files: Sequence[FileEntry] | None = None,
+        arrived: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> list[str]:
         """Read the shards next to ``prefix`` into the live variables, by position.
 
@@ -509,6 +520,9 @@ class ArrayState:
             options: unused (TensorFlow's format takes them).
             files: the manifest's file entries: each shard is checked
                 against its size and CRC32C as it is read.
+            arrived: blocks until a file of ``files`` is downloaded and
+                verified: each shard is read as soon as it is, while the
+                next ones download.
 
         Returns:
             Optional groups skipped because they did not match.
@@ -528,7 +542,10 @@ class ArrayState:
             metrics_pending=metrics_pending(self.source),
         )
         listed = sum(len(v) for v in saved.values() if isinstance(v, list))
-        arrays = read_shards(prefix, files=files, tensors=listed)
+        arrays = read_shards(prefix, files=files, tensors=listed, arrived=arrived)
+        if arrived is not None:
+            for entry in files or ():  # the other files verify too, first
+                arrived(entry.name)
         assignments = []
         for group, variables in self._groups.items():
             if group in skipped:

@@ -13,7 +13,7 @@ versions. Which format a checkpoint is in is told by its files.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from colab_resume import backend
@@ -73,9 +73,15 @@ class StateFiles(Protocol):
         saved: dict[str, Any],
         options: Any,
         files: Sequence[FileEntry] | None = None,
+        arrived: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> list[str]:
         """Read the files at ``prefix`` into the live variables; the optional
-        groups skipped because they did not fit."""
+        groups skipped because they did not fit.
+
+        ``arrived(name)``, where given, blocks until file ``name`` of
+        ``files`` is on local disk and verified (the others may still be
+        downloading); it is called for every file before anything is
+        assigned."""
         ...
 
 

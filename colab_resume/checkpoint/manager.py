@@ -33,6 +33,7 @@ from typing import Any
 
 from colab_resume import backend, defaults
 from colab_resume.checkpoint import formats, retention, transfer
+from colab_resume.checkpoint.fetch import ArrivalWait, Prefetch
 from colab_resume.checkpoint.groups import StateLike
 from colab_resume.checkpoint.processes import (
     ProcessRole,
@@ -474,13 +475,34 @@ class CheckpointManager:
 
     # --- restoring -----------------------------------------------------------
 
-    def restore(self, state: StateLike) -> RestoredInfo | None:
+    def prefetch(self) -> Prefetch:
+        """Start listing and downloading the newest committed checkpoint now.
+
+        Call it before building the state that :meth:`restore` will take
+        (with ``prefetch=``), so the download overlaps the build; close it
+        (:meth:`Prefetch.close`) if the restore does not happen. The files
+        go to the staging directory, on local disk.
+        """
+        self._uploader.wait()  # a commit in flight is part of what is listed
+        return Prefetch(
+            self.storage,
+            scratch_dir=self._staging_root,
+            events=self._events,
+            workers=self.config.workers,
+            progress_seconds=self.config.progress_seconds,
+        )
+
+    def restore(
+        self, state: StateLike, *, prefetch: Prefetch | None = None
+    ) -> RestoredInfo | None:
         """Load the newest valid committed checkpoint into ``state``.
 
         Args:
             state: what :meth:`save` was given, rebuilt (a fresh strategy
                 scope is fine): a compiled ``keras.Model`` or the dict of
                 trackables.
+            prefetch: from :meth:`prefetch`, started before ``state`` was
+                built; closed when this returns or raises.
 
         Returns:
             What was restored, or None when the run has no checkpoints.
@@ -489,14 +511,23 @@ class CheckpointManager:
             NoValidCheckpointError: checkpoints exist, none is usable.
             StructureMismatchError: the checkpoint does not fit ``state``.
         """
-        training_state = self._training_state(state)
-        options = backend.current().restore_options(self.config.io_device)
+        try:
+            training_state = self._training_state(state)
+            options = backend.current().restore_options(self.config.io_device)
+        except BaseException:
+            if prefetch is not None:
+                prefetch.close()
+            raise
 
-        def read(prefix: str, manifest: Manifest) -> tuple[str, ...]:
+        def read(
+            prefix: str, manifest: Manifest, arrived: ArrivalWait
+        ) -> tuple[str, ...]:
             files = [f.name for f in manifest.files]
             reader = formats.for_reading(state, training_state, files)
             return tuple(
-                reader.restore(prefix, manifest.structure, options, manifest.files)
+                reader.restore(
+                    prefix, manifest.structure, options, manifest.files, arrived
+                )
             )
 
         info = restore_latest(
@@ -507,6 +538,7 @@ class CheckpointManager:
             workers=self.config.workers,
             progress_seconds=self.config.progress_seconds,
             max_bytes=size_bound(training_state.structure),
+            prefetch=prefetch,
         )
         if info is not None:
             self.last_committed = info.name

@@ -17,29 +17,39 @@ change of model (:class:`StructureMismatchError`, never a fallback). A
 damaged checkpoint is skipped with a warning event naming what is wrong;
 if checkpoints exist and none is usable, :class:`NoValidCheckpointError`
 is raised, never a silent fresh start.
+
+The download overlaps other work (:mod:`colab_resume.checkpoint.fetch`):
+the newest checkpoint's files start coming while the model is built, and
+the reader reads each shard as soon as it has arrived and verified, while
+the next ones are still downloading; nothing is assigned to the live
+state before every file has.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume.checkpoint import transfer
 from colab_resume.checkpoint.errors import (
     DamagedCheckpointError,
     NoValidCheckpointError,
     StructureMismatchError,
 )
-from colab_resume.checkpoint.progress import TransferProgress
+from colab_resume.checkpoint.fetch import (
+    ArrivalWait,
+    Damaged,
+    Prefetch,
+    ShardFetch,
+    check_listing,
+    open_fetch,
+    read_manifest,
+)
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
 from colab_resume.protocol import commit
-from colab_resume.protocol.listing import CheckpointDir, RunListing
+from colab_resume.protocol.listing import CheckpointDir
 from colab_resume.protocol.manifest import Manifest
 from colab_resume.protocol.rundir import MANIFEST, CheckpointName
 from colab_resume.storage import Storage
@@ -145,79 +155,39 @@ def size_bound(structure: dict[str, Any]) -> int:
     return STATE_SIZE_FACTOR * total + SIZE_SLACK_BYTES
 
 
-class Damaged(Exception):
-    """This checkpoint cannot be used; the message says why."""
-
-
-def check_listing(manifest: Manifest, entry: CheckpointDir) -> None:
-    """Compare the manifest with the storage listing; raise Damaged if it differs."""
-    problems = []
-    missing = commit.missing_processes(manifest.processes, entry.objects)
-    if missing:
-        problems.append(
-            f"the done marker of process(es) {missing} of {manifest.processes} "
-            f"is missing (a multi-process checkpoint without every process's part)"
-        )
-    for item in (*manifest.files, *manifest.markers):
-        info = entry.objects.get(item.name)
-        if info is None:
-            problems.append(f"{item.name} is missing")
-        elif info.size != item.size:
-            problems.append(
-                f"{item.name} has {info.size} bytes, manifest says {item.size} "
-                f"({'truncated' if info.size < item.size else 'grown'})"
-            )
-        elif info.crc32c is not None and info.crc32c != item.crc32c:
-            problems.append(
-                f"{item.name} has CRC32C {info.crc32c}, manifest says {item.crc32c} "
-                f"(corrupted)"
-            )
-    if problems:
-        raise Damaged("; ".join(problems))
-
-
-def check_download(manifest: Manifest, arrived: dict[str, tuple[int, str]]) -> None:
-    """Compare what arrived (name -> (bytes, CRC32C)) with the manifest."""
-    problems = []
-    for item in manifest.files:
-        size, crc = arrived[item.name]
-        if size != item.size:
-            problems.append(
-                f"{item.name} downloaded {size} bytes, manifest says {item.size}"
-            )
-        elif crc != item.crc32c:
-            problems.append(
-                f"{item.name} has CRC32C {crc}, manifest says {item.crc32c} (corrupted)"
-            )
-    if problems:
-        raise Damaged("; ".join(problems))
-
-
 def restore_latest(
     storage: Storage,
     *,
-    read: Callable[[str, Manifest], tuple[str, ...]],
+    read: Callable[[str, Manifest, ArrivalWait], tuple[str, ...]],
     events: EventLog,
     scratch_dir: str | None,
     workers: int,
     progress_seconds: float,
     max_bytes: int | None = None,
+    prefetch: Prefetch | None = None,
 ) -> RestoredInfo | None:
     """Restore the newest usable committed checkpoint.
 
     Args:
         storage: the run directory.
-        read: restores the local prefix into the live state; returns the
-            optional groups it skipped. A StructureMismatchError from it (the
-            manifest does not fit the state) is raised as is: an older
-            checkpoint would not fit either. A DamagedCheckpointError (the
-            files do not hold what the manifest lists) is damage.
+        read: ``read(prefix, manifest, arrived)`` restores the local prefix
+            into the live state and returns the optional groups it skipped.
+            The files are still downloading: it calls ``arrived(name)``
+            before it reads a file, and for every file of the manifest
+            before it assigns anything (that call raises the damage it
+            found). A StructureMismatchError from it (the manifest does not
+            fit the state) is raised as is: an older checkpoint would not
+            fit either. A DamagedCheckpointError (the files do not hold what
+            the manifest lists) is damage.
         events: for warnings and progress.
         scratch_dir: parent of the temporary download directory.
         workers: parallel downloads.
         progress_seconds: quiet period before progress events.
-        max_bytes: a checkpoint listing more is damaged, never downloaded
-            (see :func:`size_bound`).
+        max_bytes: a checkpoint listing more is damaged (see
+            :func:`size_bound`); never downloaded, unless a prefetch had
+            started on it before the state's size was known.
+        prefetch: what was listed and started downloading while the state
+            was built (None: list now). Closed on return, whatever happens.
 
     Returns:
         What was restored, or None when there are no checkpoints at all.
@@ -227,71 +197,95 @@ def restore_latest(
         StructureMismatchError: the newest usable one does not fit the state.
     """
     clock = _Stopwatch()
-    listing = RunListing.read(storage)
-    clock.lap("list")
-    skipped: list[tuple[str, str]] = []
-    for entry in reversed(listing.committed):
-        try:
-            manifest = _read_manifest(storage, entry)
-            check_listing(manifest, entry)
-            if max_bytes is not None and manifest.total_bytes > max_bytes:
-                raise Damaged(
-                    f"{MANIFEST} lists {manifest.total_bytes} bytes, more than "
-                    f"the {max_bytes} a checkpoint of this state can hold"
-                )
-            clock.lap("verify")
-            groups = _download_and_read(
-                storage,
-                entry,
-                manifest,
-                read,
-                events,
-                scratch_dir,
-                workers,
-                progress_seconds,
-                clock,
-            )
-        except Damaged as exc:
-            clock.lap("verify")
-            reason = str(exc)
-        except DamagedCheckpointError as exc:
-            # Caught before StructureMismatchError's rule below: the files
-            # disagree with their own manifest, so an older checkpoint may
-            # well be intact.
-            clock.lap("read")
-            reason = str(exc)
-        except StructureMismatchError:
-            raise
-        except Exception as exc:
-            clock.lap("read")
-            # TF refusing the files (DataLossError...) or a record we cannot
-            # parse is damage too; storage outages surface through retries
-            # first, and falling back past them would be wrong, so re-raise.
-            if _is_storage_outage(exc):
-                raise
-            reason = f"{type(exc).__name__}: {exc}"
-        else:
-            return RestoredInfo(
-                name=entry.name,
-                step=manifest.step,
-                epoch=manifest.epoch,
-                lease=manifest.lease,
-                wall_time=manifest.wall_time,
-                metrics=dict(manifest.metrics),
-                extras=dict(manifest.extras),
-                skipped=tuple(skipped),
-                skipped_groups=tuple(groups),
-                seconds=clock.laps,
-            )
-        skipped.append((entry.name.dirname, reason))
-        events.emit(
-            "checkpoint.damaged",
-            f"skipping {entry.name.path}: {reason}; trying the next older checkpoint",
-            level="warning",
-            step=entry.name.step,
-            checkpoint=entry.name.dirname,
-            reason=reason,
+    if prefetch is None:
+        prefetch = Prefetch(
+            storage,
+            scratch_dir=scratch_dir,
+            events=events,
+            workers=workers,
+            progress_seconds=progress_seconds,
+            background=False,
         )
+    try:
+        listing = prefetch.listing()
+        clock.lap("list")
+        skipped: list[tuple[str, str]] = []
+        for entry in reversed(listing.committed):
+            fetch: ShardFetch | None = None
+            try:
+                taken = prefetch.take(entry)
+                if taken is None:
+                    manifest = read_manifest(storage, entry)
+                    check_listing(manifest, entry)
+                else:
+                    manifest, fetch = taken
+                if max_bytes is not None and manifest.total_bytes > max_bytes:
+                    raise Damaged(
+                        f"{MANIFEST} lists {manifest.total_bytes} bytes, more than "
+                        f"the {max_bytes} a checkpoint of this state can hold"
+                    )
+                if fetch is None:
+                    fetch = open_fetch(
+                        storage,
+                        entry,
+                        manifest,
+                        scratch_dir=scratch_dir,
+                        events=events,
+                        workers=workers,
+                        progress_seconds=progress_seconds,
+                    )
+                clock.lap("verify")
+                groups = read(fetch.prefix, manifest, fetch.arrived)
+                # Reading overlapped the downloads: the time it waited for
+                # files is the download's, the rest the read's.
+                clock.split("download", fetch.waited, rest="read")
+            except Damaged as exc:
+                clock.split("download", fetch.waited if fetch else 0.0, rest="verify")
+                reason = str(exc)
+            except DamagedCheckpointError as exc:
+                # Caught before StructureMismatchError's rule below: the files
+                # disagree with their own manifest, so an older checkpoint may
+                # well be intact.
+                clock.lap("read")
+                reason = str(exc)
+            except StructureMismatchError:
+                raise
+            except Exception as exc:
+                clock.lap("read")
+                # TF refusing the files (DataLossError...) or a record we cannot
+                # parse is damage too; storage outages surface through retries
+                # first, and falling back past them would be wrong, so re-raise.
+                if _is_storage_outage(exc):
+                    raise
+                reason = f"{type(exc).__name__}: {exc}"
+            else:
+                return RestoredInfo(
+                    name=entry.name,
+                    step=manifest.step,
+                    epoch=manifest.epoch,
+                    lease=manifest.lease,
+                    wall_time=manifest.wall_time,
+                    metrics=dict(manifest.metrics),
+                    extras=dict(manifest.extras),
+                    skipped=tuple(skipped),
+                    skipped_groups=tuple(groups),
+                    seconds=clock.laps,
+                )
+            finally:
+                if fetch is not None:
+                    fetch.close()
+            skipped.append((entry.name.dirname, reason))
+            events.emit(
+                "checkpoint.damaged",
+                f"skipping {entry.name.path}: {reason}; trying the next older "
+                f"checkpoint",
+                level="warning",
+                step=entry.name.step,
+                checkpoint=entry.name.dirname,
+                reason=reason,
+            )
+    finally:
+        prefetch.close()
     if not listing.checkpoints:
         return None
     reasons = "\n".join(f"  {name}: {why}" for name, why in skipped) or "  (none)"
@@ -329,69 +323,6 @@ def _is_storage_outage(exc: BaseException) -> bool:
     return isinstance(exc, StorageError) and not isinstance(exc, CorruptRecordError)
 
 
-def _read_manifest(storage: Storage, entry: CheckpointDir) -> Manifest:
-    where = f"{storage.url}/{entry.name.manifest_path}"
-    try:
-        raw = storage.read_json(entry.name.manifest_path)
-    except CorruptRecordError as exc:
-        raise Damaged(f"{MANIFEST} unreadable: {exc}") from None
-    except FileNotFoundError:
-        raise Damaged(f"{MANIFEST} vanished while reading") from None
-    try:
-        manifest = Manifest.from_json(raw, where=where)
-    except CorruptRecordError as exc:
-        raise Damaged(str(exc)) from None
-    if (manifest.step, manifest.lease) != (entry.name.step, entry.name.lease):
-        raise Damaged(
-            f"{MANIFEST} says step {manifest.step} lease {manifest.lease}, "
-            f"the directory name says otherwise"
-        )
-    return manifest
-
-
-def _download_and_read(
-    storage: Storage,
-    entry: CheckpointDir,
-    manifest: Manifest,
-    read: Callable[[str, Manifest], tuple[str, ...]],
-    events: EventLog,
-    scratch_dir: str | None,
-    workers: int,
-    progress_seconds: float,
-    clock: _Stopwatch,
-) -> tuple[str, ...]:
-    directory = tempfile.mkdtemp(prefix="restore-", dir=scratch_dir)
-    try:
-        progress = TransferProgress(
-            events,
-            kind="checkpoint.download.progress",
-            what=f"download of {entry.name.dirname}",
-            total_bytes=manifest.total_bytes,
-            step=manifest.step,
-            quiet_seconds=progress_seconds,
-        )
-        pairs = [
-            (f"{entry.name.path}/{f.name}", os.path.join(directory, f.name))
-            for f in manifest.files
-        ]
-        try:
-            arrived = transfer.download(
-                storage, pairs, progress=progress, workers=workers
-            )
-        except FileNotFoundError as exc:
-            raise Damaged(f"a file vanished during download ({exc})") from None
-        check_download(
-            manifest,
-            {os.path.basename(local): value for local, value in arrived.items()},
-        )
-        clock.lap("download")
-        groups = read(os.path.join(directory, manifest.prefix), manifest)
-        clock.lap("read")
-        return groups
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
-
-
 class _Stopwatch:
     """Seconds per phase of one restore, summed over the checkpoints tried."""
 
@@ -402,4 +333,14 @@ class _Stopwatch:
     def lap(self, phase: str) -> None:
         now = time.perf_counter()
         self.laps[phase] = self.laps.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def split(self, phase: str, seconds: float, *, rest: str) -> None:
+        """The time since the last lap: ``seconds`` of it to ``phase``, the
+        rest to ``rest``."""
+        now = time.perf_counter()
+        spent = now - self._last
+        part = min(seconds, spent)
+        self.laps[phase] = self.laps.get(phase, 0.0) + part
+        self.laps[rest] = self.laps.get(rest, 0.0) + spent - part
         self._last = now

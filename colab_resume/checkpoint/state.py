@@ -11,7 +11,7 @@ TensorFlow is imported lazily: importing the package must not pay for it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from colab_resume.checkpoint.groups import (
@@ -105,6 +105,7 @@ class TrainingState:
         saved: dict[str, Any],
         options: Any,
         files: Sequence[Any] | None = None,
+        arrived: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> list[str]:
         """Read ``prefix`` into the live variables.
 
@@ -114,6 +115,9 @@ class TrainingState:
             options: ``tf.train.CheckpointOptions``.
             files: the manifest's file entries; unused: TensorFlow's reader
                 checks each tensor against the CRC32C its index records.
+            arrived: blocks until a file of ``files`` is on local disk and
+                verified; TensorFlow reads the files as one, so it waits
+                for all of them before reading.
 
         Returns:
             Optional groups that were skipped because they did not match.
@@ -133,6 +137,9 @@ class TrainingState:
             reader = tf.train.Checkpoint(**children)
         else:
             reader = self.checkpoint  # reuses TF's cached restore functions
+        if arrived is not None:
+            for entry in files or ():
+                arrived(entry.name)
         status = reader.read(prefix, options=options)
         status.expect_partial()
         status.assert_existing_objects_matched()

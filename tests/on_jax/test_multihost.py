@@ -251,7 +251,7 @@ def test_checkpoint_missing_one_process_marker_is_never_restored(
     read: list[int] = []
     os.makedirs(tmp_path / "scratch")  # type: ignore[operator]
 
-    def record(prefix: str, manifest: object) -> tuple[str, ...]:
+    def record(prefix: str, manifest: object, arrived: object) -> tuple[str, ...]:
         read.append(manifest.step)  # type: ignore[attr-defined]
         return ()
 
