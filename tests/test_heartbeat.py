@@ -185,13 +185,16 @@ def test_reader_clock_skew_does_not_change_the_verdict(
     try:
         monkeypatch.setattr(time, "time", lambda: real_time() + skew)
         status = cr.inspect(gcs_run_dir, gcs_options)
-        assert status.state == "ALIVE", status
-        assert status.heartbeat_age_s < 2.0
+        assert status.state == "ALIVE", status  # +300 s would make it DEAD
+        assert status.heartbeat_age_s < DEAD_AFTER  # the skew is not in the age
     finally:
         proc.kill()
-    killed = time.monotonic()
-    wait_for(lambda: cr.inspect(gcs_run_dir, gcs_options).state == "DEAD", timeout=15)
-    assert time.monotonic() - killed <= DEAD_AFTER + BEAT + 0.5
+    # -300 s would keep the dead holder ALIVE for 5 more minutes; the bound is
+    # far below that and far above a loaded machine's slowest inspect.
+    wait_for(
+        lambda: cr.inspect(gcs_run_dir, gcs_options).state == "DEAD",
+        timeout=abs(skew) / 3,
+    )
 
 
 def test_refused_session_writes_nothing(gcs_run_dir, emulator, storage):

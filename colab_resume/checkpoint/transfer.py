@@ -61,31 +61,6 @@ def upload(
     _transfer(move, files, local=0, progress=progress, workers=workers)
 
 
-def download(
-    storage: Storage,
-    files: Sequence[tuple[str, str]],
-    *,
-    progress: TransferProgress | None = None,
-    workers: int = DEFAULT_WORKERS,
-) -> dict[str, tuple[int, str]]:
-    """Download ``(rel_path, local_path)`` pairs; the first failure is raised.
-
-    Returns:
-        local path -> (bytes, CRC32C) of what arrived, computed while it
-        streamed (:meth:`Storage.get_file_checked`).
-    """
-    results: dict[str, tuple[int, str]] = {}
-
-    def one(pair: tuple[str, str]) -> None:
-        size, crc = storage.get_file_checked(*pair)
-        results[pair[1]] = (size, crc)
-        if progress is not None:
-            progress.advance(size)
-
-    _run_all(one, files, workers)
-    return results
-
-
 def _transfer(
     move: Callable[[str, str], None],
     pairs: Sequence[tuple[str, str]],

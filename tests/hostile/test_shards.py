@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 from hostile_tools import checkpoint_manager as manager
 
-from colab_resume.checkpoint import StructureMismatchError, transfer
+from colab_resume.checkpoint import StructureMismatchError
 from colab_resume.events import EventLog
 from colab_resume.protocol.manifest import crc32c_bytes
 from colab_resume.protocol.rundir import CheckpointName
@@ -121,29 +121,29 @@ def test_a_shard_changed_after_its_download_check_is_not_restored(
 ):
     """The file changes on the local disk between its CRC32C check and its read.
 
-    The change is made by wrapping ``transfer.download`` (monkeypatched, the
-    step between the two): its CRC32C was computed as the bytes streamed in,
-    so that check passes, and the wrapper then flips a bit of w[0, 0] in
-    the downloaded file before the reader opens it. A mapped read restored
-    that unverified value.
+    The change is made by wrapping ``Storage.get_file_checked``
+    (monkeypatched, the step between the two): its CRC32C was computed as the
+    bytes streamed in, so that check passes, and the wrapper then flips a bit
+    of w[0, 0] in the downloaded file before the reader opens it. A mapped
+    read restored that unverified value.
     """
-    original = transfer.download
-    calls = []
+    original = Storage.get_file_checked
+    shards = []
 
-    def download_then_change(*args, **kwargs):
-        arrived = original(*args, **kwargs)
-        calls.append(arrived)
-        if len(calls) == 1:  # the newest checkpoint is tried first
-            [local] = [p for p in arrived if p.endswith("ckpt.safetensors")]
-            raw = bytearray(open(local, "rb").read())
-            (length,) = struct.unpack_from("<Q", raw)
-            raw[8 + length + 3] ^= 0x40  # w[0, 0]'s exponent byte
-            open(local, "wb").write(bytes(raw))
+    def download_then_change(self, rel, local_path):
+        arrived = original(self, rel, local_path)
+        if local_path.endswith("ckpt.safetensors"):
+            shards.append(rel)
+            if len(shards) == 1:  # the newest checkpoint is tried first
+                raw = bytearray(open(local_path, "rb").read())
+                (length,) = struct.unpack_from("<Q", raw)
+                raw[8 + length + 3] ^= 0x40  # w[0, 0]'s exponent byte
+                open(local_path, "wb").write(bytes(raw))
         return arrived
 
-    monkeypatch.setattr(transfer, "download", download_then_change)
+    monkeypatch.setattr(Storage, "get_file_checked", download_then_change)
     events = EventLog()
     assert restored(storage, tmp_path, events) == (1, 1.0)
     [warning] = events.recent(kind="checkpoint.damaged")
     assert "changed after its download was checked" in warning.message
-    assert len(calls) == 2  # and the older checkpoint was downloaded
+    assert len(shards) == 2  # and the older checkpoint was downloaded
