@@ -234,6 +234,7 @@ class MultiHost:
         if isinstance(exc, (KeyboardInterrupt, jax_distributed.ClusterError)):
             # Every process raises a disagreement at once: a peer's "failed"
             # beat must not turn this process's error into a RESTART.
+            self._failing = True
             self._stop.set()
             return
         self._failing = True
@@ -261,6 +262,7 @@ class MultiHost:
         if self._thread is not None:
             return
         self._seen: dict[int, tuple[Any, float]] = {}
+        self._failed_since: dict[int, float] = {}
         self._started = time.monotonic()
         self._beat()
         self._thread = threading.Thread(
@@ -298,6 +300,8 @@ class MultiHost:
             self._beat()
             for peer in range(self.count):
                 if peer != self.index and self._peer_dead(peer):
+                    if self._stop.is_set():
+                        return  # this process is ending (on its own error)
                     self._dead_peer = peer
                     self._restart(f"process {peer} is dead")
                     return
@@ -314,10 +318,16 @@ class MultiHost:
             return False
         state = beat.get("state") if isinstance(beat, dict) else None
         self._states[peer] = state
-        if state == "restart" or (state == "failed" and not self._failing):
+        if state == "restart":
             return True
         if state == "failed":
-            return False  # it ended on its own error, as this process does
+            if self._failing:
+                return False  # it ended on its own error, as this process does
+            # All processes see a disagreement at the same collective: this
+            # one may be a moment from raising it too. A peer that failed
+            # alone is dead to this process once that moment has passed.
+            first = self._failed_since.setdefault(peer, now)
+            return now - first >= 2 * self._interval()
         mark = beat.get("seq") if isinstance(beat, dict) else None
         seen = self._seen.get(peer)
         if seen is None or seen[0] != mark:

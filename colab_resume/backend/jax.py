@@ -316,7 +316,7 @@ class JaxBackend:
     ) -> None:
         # Built again: looking into ``dataset`` would consume its first batch.
 
-        check_numpy_batch(first_batch(make_dataset, epoch), _fed_devices(), epoch)
+        check_fed_batch(first_batch(make_dataset, epoch), _fed_devices(), epoch)
 
     def chain(self, datasets: Sequence[Any]) -> Any:
         if len(datasets) != 1:
@@ -359,7 +359,7 @@ class JaxBackend:
             for index in range(steps):
                 batch = next(batches)
                 if epoch == loop.start_epoch and index == 0:
-                    check_numpy_batch(batch, devices, epoch)
+                    check_fed_batch(batch, devices, epoch)
                 duties.before_step()
                 loop.last_outputs = loop.train_step(
                     loop.state, lay_out(batch, strategy)
@@ -444,6 +444,19 @@ def numpy_epoch(
 def first_batch(make_dataset: Callable[..., Any], epoch: int) -> Any:
     """JAX: the first batch of ``make_dataset(epoch)`` (None if it is empty)."""
     return next(numpy_epoch(make_dataset, epoch, skip=0, steps_per_epoch=1), None)
+
+
+def check_fed_batch(batch: Any, devices: int, epoch: int) -> None:
+    """:func:`check_numpy_batch` of what this process feeds, agreed first.
+
+    With ``data_sharding="per_process"`` the processes' shapes are compared
+    (a collective) before the local check: a shard that only one process
+    finds wrong would fail it alone, and the others would wait for it in
+    their next collective.
+    """
+    if jax_distributed.shards_given():
+        jax_distributed.agree_first_batch(batch)
+    check_numpy_batch(batch, devices, epoch)
 
 
 def check_numpy_batch(batch: Any, replicas: int, epoch: int) -> None:
