@@ -76,42 +76,9 @@ def build_state() -> dict[str, object]:
 
 def make_train_step() -> object:
     """One step for every device of every process: stateless, under jit."""
-    import jax
-    import keras
+    from stateless_step import jax_train_step
 
-    loss_fn = keras.losses.BinaryCrossentropy()
-    compiled: dict[int, object] = {}  # a rebuilt model gets its own program
-
-    def compile_for(model, optimizer):  # type: ignore[no-untyped-def]
-        def loss_of(trainable, other, x, y):  # type: ignore[no-untyped-def]
-            predicted, other = model.stateless_call(trainable, other, x, training=True)
-            return loss_fn(y, predicted), other
-
-        gradient = jax.value_and_grad(loss_of, has_aux=True)
-
-        @jax.jit
-        def step(trainable, other, slots, x, y):  # type: ignore[no-untyped-def]
-            (loss, other), grads = gradient(trainable, other, x, y)
-            trainable, slots = optimizer.stateless_apply(slots, grads, trainable)
-            return loss, trainable, other, slots
-
-        return step
-
-    def train_step(state, batch):  # type: ignore[no-untyped-def]
-        model, optimizer = state["model"], state["optimizer"]
-        step = compiled.setdefault(id(model), compile_for(model, optimizer))
-        groups = (
-            model.trainable_variables,
-            model.non_trainable_variables,
-            optimizer.variables,
-        )
-        loss, *new = step(*([v.value for v in g] for g in groups), *batch)  # type: ignore[operator]
-        for variables, values in zip(groups, new, strict=True):
-            for variable, value in zip(variables, values, strict=True):
-                variable.assign(value)
-        return {"loss": loss}
-
-    return train_step
+    return jax_train_step()
 
 
 def keras_train_step(state, batch):  # type: ignore[no-untyped-def]
