@@ -46,8 +46,26 @@ def test_status_json_says_dead_after_the_holder_is_killed(gcs_run_dir, emulator)
         status = json.loads(dead.stdout)
         return status if status["state"] == "DEAD" else None
 
-    # DEAD within dead_after (1.5 s) + one beat (0.3 s) + slack for a poll.
-    status = wait_for(dead_status, 1.5 + 0.3 + 0.5, "status DEAD", interval=0.1)
+    # The verdict follows the heartbeat's age, not this test's clock: DEAD
+    # no earlier than dead_after (1.5 s) and, once the beats stopped, no
+    # later than dead_after + one beat (0.3 s) + two polls (the last ALIVE
+    # one and the one that read DEAD). The
+    # wait itself is generous, so a loaded machine's slow CLI starts do not
+    # fail it.
+    polled: list[float] = []
+
+    def timed_dead_status() -> dict | None:
+        started = time.monotonic()
+        try:
+            return dead_status()
+        finally:
+            polled.append(time.monotonic() - started)
+
+    status = wait_for(timed_dead_status, 60, "status DEAD", interval=0.1)
+    assert 1.5 <= status["heartbeat_age_s"] <= 1.5 + 0.3 + 2 * max(polled) + 0.5, (
+        status,
+        polled,
+    )
     for key in (
         "state",
         "step",
@@ -68,12 +86,12 @@ def test_status_answers_fast_without_tensorflow(gcs_run_dir, emulator, gcs_optio
     code = (
         "import sys, time, json, io, contextlib\n"
         "from colab_resume.cli import main\n"
-        "start = time.perf_counter()\n"
+        "start = time.process_time()\n"
         "out = io.StringIO()\n"
         "with contextlib.redirect_stdout(out):\n"
         f"    rc = main(['status', {gcs_run_dir!r}, '--json', '--endpoint-url', "
         f"{emulator.url!r}, '--token', 'anon'])\n"
-        "print(json.dumps({'rc': rc, 'seconds': time.perf_counter() - start,\n"
+        "print(json.dumps({'rc': rc, 'cpu_seconds': time.process_time() - start,\n"
         "  'tf': 'tensorflow' in sys.modules,\n"
         "  'state': json.loads(out.getvalue())['state']}))\n"
     )
@@ -84,7 +102,10 @@ def test_status_answers_fast_without_tensorflow(gcs_run_dir, emulator, gcs_optio
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["rc"] == 0 and report["state"] == "ALIVE"
     assert report["tf"] is False
-    assert report["seconds"] < 1.0, report
+    # CPU time, not wall time: a loaded machine stretches the wall clock, but
+    # what makes a status slow is work done here (importing TensorFlow alone
+    # costs several CPU seconds), and that a CPU-time bound still catches.
+    assert report["cpu_seconds"] < 1.0, report
 
 
 def test_watch_exits_3_on_dead_and_alerts_without_a_shell(

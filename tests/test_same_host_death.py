@@ -21,7 +21,7 @@ import time
 import uuid
 
 import pytest
-from support import Process, run_cli, worker
+from support import Process, run_cli, wait_for, worker
 
 from colab_resume import procfs
 from colab_resume.errors import RunInUseError
@@ -94,7 +94,8 @@ def test_local_run_directory_and_cli_status_say_dead_at_once(tmp_path):
     started = time.monotonic()
     session = RunSession.open(Storage(run_dir), SessionOptions())
     try:
-        assert time.monotonic() - started < 3.0
+        # At once by proof: far below the heartbeat rule's dead_after (40 s).
+        assert time.monotonic() - started < 15
         assert took_over(session)["process_gone"] is True
     finally:
         session.close()
@@ -128,16 +129,19 @@ def test_live_silent_holder_is_watched_and_taken_once_its_process_dies(
 
         taker = threading.Thread(target=take, daemon=True)
         taker.start()
-        taker.join(timeout=2.5)
+        wait_for(lambda: countdown, 30, "the takeover's countdown")
         assert taker.is_alive() and not opened, opened  # still waiting
-        assert countdown and countdown[-1] > 15  # the heartbeat rule's wait
+        left = countdown[-1]
+        assert left > 10, countdown  # the heartbeat rule's wait
         proc.kill()
         killed = time.monotonic()
-        taker.join(timeout=10)
+        taker.join(timeout=left + 10)
         (session,) = opened
         assert isinstance(session, RunSession), session
-        assert time.monotonic() - killed < 4.0  # one poll (1 s), not 20 s
+        # One poll (1 s) after the kill, not the heartbeat rule's wait: the
+        # session says why it took over, and it did so well before ``left``.
         assert took_over(session)["process_gone"] is True
+        assert time.monotonic() - killed < left / 2, (left, countdown)
         session.close()
     finally:
         proc.kill()
@@ -169,7 +173,8 @@ def test_holder_on_another_vm_or_an_old_version_is_judged_by_its_beats(
     started = time.monotonic()
     session = RunSession.open(Storage(run_dir), SessionOptions(heartbeat_seconds=0.4))
     try:
-        assert time.monotonic() - started < 5.0  # dead_after (2 s) and polls
+        # dead_after (2 s) and polls, with room for a loaded machine.
+        assert time.monotonic() - started < 12
         data = took_over(session)
         assert data["process_gone"] is False
         assert "no heartbeat for" in data["reason"]
@@ -274,7 +279,7 @@ def test_pid_reused_by_a_later_process_is_not_the_holder():
         write_holder(storage, reused)
         started = time.monotonic()
         session = RunSession.open(storage, SessionOptions(heartbeat_seconds=30))
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 10  # not the beat's 120 s
         assert took_over(session)["reason"].startswith(why)
         session.close()
     finally:

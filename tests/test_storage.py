@@ -455,7 +455,9 @@ def test_outage_longer_than_budget_raises_within_budget(
         storage.read_json("run.json")
     elapsed = time.monotonic() - started
     assert fault_proxy.counts["outage"] >= 1
-    assert budget * 0.8 <= elapsed < budget + 1.5, elapsed
+    # Far below gcsfs's own ~31 s, with room for a loaded machine's slow
+    # last attempt.
+    assert budget * 0.8 <= elapsed < budget + 5, elapsed
 
 
 def test_outage_shorter_than_budget_is_ridden_out(
