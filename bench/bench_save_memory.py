@@ -1,9 +1,12 @@
 """Peak extra host memory of a checkpoint save, as a ratio of the state's size.
 
 Not a test: it prints a markdown table measured in one run against a local
-GCS emulator (fake-gcs-server).
+GCS emulator (fake-gcs-server), or with ``--store local`` a run directory on
+local disk (the emulator holds every object in its memory: a 4 GB state's
+objects do not fit beside the process on a 24 GB machine).
 
     python bench/bench_save_memory.py [--sizes-mb 100 1600 4000] [--repeats 3]
+        [--store gcs|local]
 
 Each size runs in a fresh process (so one size's allocations do not hide
 the next one's peak). There, after two warm-up saves, the kernel's RSS
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,6 +63,9 @@ def reset_high_water() -> None:
         handle.write("5")
 
 
+LOCAL = "local"  # the child's URL argument for a run directory on local disk
+
+
 def child(url: str, bucket: str, mb: int, repeats: int, held: bool) -> dict:
     import gc
     import threading
@@ -83,11 +90,14 @@ def child(url: str, bucket: str, mb: int, repeats: int, held: bool) -> dict:
     from colab_resume.events import EventLog
     from colab_resume.storage import Storage
 
-    storage = Storage(f"gs://{bucket}/ours", {"token": "anon", "endpoint_url": url})
+    work = tempfile.mkdtemp(prefix="bench-mem-")
+    if url == LOCAL:
+        storage = Storage(os.path.join(work, "run"))
+    else:
+        storage = Storage(f"gs://{bucket}/ours", {"token": "anon", "endpoint_url": url})
     count = max(1, mb // 4)  # 4 MiB float32 variables, like a mid-sized model's
     state = {"v": [tf.Variable(tf.fill([1024, 1024], float(i))) for i in range(count)]}
     nbytes = sum(int(v.numpy().nbytes) for v in state["v"])
-    work = tempfile.mkdtemp(prefix="bench-mem-")
     manager = CheckpointManager(
         storage,
         lease=1,
@@ -123,6 +133,7 @@ def child(url: str, bucket: str, mb: int, repeats: int, held: bool) -> dict:
         extra.append(status_kb("VmHWM") - base)
         python.append(peak)
     manager.close()
+    shutil.rmtree(work, ignore_errors=True)
     return {
         "mb": mb,
         "bytes": nbytes,
@@ -136,6 +147,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[100, 1600])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--store",
+        choices=("gcs", "local"),
+        default="gcs",
+        help="the GCS emulator, or a run directory on local disk (states the "
+        "emulator cannot hold in this machine's memory beside the process)",
+    )
     parser.add_argument("--child", nargs=4, metavar=("URL", "BUCKET", "MB", "HELD"))
     args = parser.parse_args()
     if args.child:
@@ -143,15 +161,16 @@ def main() -> None:
         result = child(url, bucket, int(mb), args.repeats, held == "held")
         sys.stdout.write("RESULT " + json.dumps(result) + "\n")
         return
-    emulator = _load_emulator()()
+    emulator = _load_emulator()() if args.store == "gcs" else None
     results = []
     try:
         for mb, mode in [(mb, m) for mb in args.sizes_mb for m in ("held", "free")]:
             bucket = f"mem-{mb}-{mode}-{os.getpid()}"
-            emulator.create_bucket(bucket)
+            if emulator is not None:
+                emulator.create_bucket(bucket)
             out = subprocess.run(
                 [sys.executable, __file__, "--repeats", str(args.repeats), "--child"]
-                + [emulator.url, bucket, str(mb), mode],
+                + [emulator.url if emulator else LOCAL, bucket, str(mb), mode],
                 capture_output=True,
                 text=True,
             )
@@ -161,7 +180,8 @@ def main() -> None:
             line = [x for x in out.splitlines() if x.startswith("RESULT ")][-1]
             results.append(json.loads(line.removeprefix("RESULT ")) | {"mode": mode})
     finally:
-        emulator.stop()
+        if emulator is not None:
+            emulator.stop()
     command = "python bench/bench_save_memory.py " + " ".join(sys.argv[1:])
     lines = [
         f"`{command.strip()}`",

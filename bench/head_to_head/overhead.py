@@ -15,7 +15,9 @@ The head-to-head workload (``workload.py``: a 2.1M-parameter MLP under a
   ``--no-tf``).
 
 The CPU column is the process's CPU seconds (all threads: training,
-TensorFlow's pools, uploads, heartbeats) over plain ``fit``'s. With
+TensorFlow's pools, uploads, heartbeats) over plain ``fit``'s; the storage
+server's column is the CPU the emulator used during the run (on Linux),
+which shares the cores with training here and would not on real GCS. With
 ``--profile``, one more run per cadence, not timed, profiles the agent's
 training thread (cProfile) and prints where its time went.
 
@@ -73,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             for round_ in range(args.repeats):
                 for name, plan in plans.items():
                     print(f"[overhead] round {round_ + 1}: {name}", file=sys.stderr)
-                    runs[name].append(_timed(runner, name, {**shape, **plan}))
+                    runs[name].append(
+                        _timed(runner, name, {**shape, **plan}, emulator.process.pid)
+                    )
             for name, plan in plans.items() if args.profile else ():
                 if name.startswith("cr_gcs"):
                     out = os.path.join(root, f"profile-{len(profiles)}.json")
@@ -88,9 +92,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _timed(runner: scenarios.Runner, name: str, plan: dict) -> dict:
+def _server_cpu(pid: int | None) -> float | None:
+    """CPU seconds the storage server (the emulator's process) has used.
+
+    It shares this machine's cores with training, which real GCS does not:
+    its share of a run's cost is reported apart. None where ``/proc`` is not.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(
+    runner: scenarios.Runner, name: str, plan: dict, server_pid: int | None = None
+) -> dict:
     contender = name.split("@")[0]
+    server_before = _server_cpu(server_pid)
     p = runner.run(contender, "clean", **plan)
+    server_after = _server_cpu(server_pid)
     if not p.first("done"):
         raise SystemExit(f"{name} failed:\n{p.stderr}")
     blocks = sorted(e["block_s"] for e in p.all("save"))
@@ -101,6 +123,11 @@ def _timed(runner: scenarios.Runner, name: str, plan: dict) -> dict:
         "cpu_s": end.get("cpu_s"),
         "block_s": statistics.median(blocks) if blocks else None,
         "step_s": _median_step(p.all("step")),
+        "server_cpu_s": (
+            server_after - server_before
+            if server_before is not None and server_after is not None
+            else None
+        ),
     }
 
 
@@ -148,8 +175,8 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
         "",
         "| contender | training time, median | / plain fit, median (min-max) "
         "| step time / plain fit's, median (min-max) | CPU / plain fit's, median "
-        "| blocking per save, median |",
-        "|---|---|---|---|---|---|",
+        "| blocking per save, median | storage server CPU, median |",
+        "|---|---|---|---|---|---|---|",
     ]
     for contender, rows in runs.items():
         times = [r["train_s"] for r in rows]
@@ -163,11 +190,13 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
         blocks = [r["block_s"] for r in rows if r["block_s"] is not None]
         block = f"{statistics.median(blocks) * 1e3:.1f} ms" if blocks else "-"
         cpu = f"{statistics.median(cpus):.3f}" if cpus else "-"
+        served = [r["server_cpu_s"] for r in rows if r.get("server_cpu_s") is not None]
+        server = f"{statistics.median(served):.2f} s" if served else "-"
         lines.append(
             f"| {contender} | {statistics.median(times):.2f} s "
             f"| **{statistics.median(ratios):.3f}** ({ratios[0]:.3f}-{ratios[-1]:.3f}) "
             f"| {statistics.median(paces):.3f} ({paces[0]:.3f}-{paces[-1]:.3f}) "
-            f"| {cpu} | {block} |"
+            f"| {cpu} | {block} | {server} |"
         )
     return "\n".join(lines)
 

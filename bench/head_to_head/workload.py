@@ -21,7 +21,7 @@ from typing import Any
 FEATURES = 1024
 HIDDEN = 1024
 CLASSES = 10
-EXAMPLES = 1280
+EXAMPLES = 4096  # up to 64 steps per epoch
 BATCH = 64  # global batch: 32 per replica
 REPLICAS = 2
 SEED = 7

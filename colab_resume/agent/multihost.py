@@ -61,6 +61,11 @@ LOCAL_SCHEMES = ("", "file", "local")
 # up to this long); never more than MAX_AGREE_STEPS steps apart.
 AGREE_EVERY_SECONDS = 1.0
 MAX_AGREE_STEPS = 1000
+# Beat states of a process that is ending on its own; process 0 waits for
+# them before it ends its coordination service (MultiHost._restart), and
+# then this long for the exit that follows such a beat.
+ENDING = frozenset({"restart", "failed", "preempted", "completed", "stopped"})
+ENDING_GRACE_SECONDS = 0.3
 
 
 class MultiHost:
@@ -352,8 +357,30 @@ class MultiHost:
         print(message, file=sys.stderr, flush=True)
         self._state = "restart"
         self._beat()
+        if self.leads:
+            self._await_peers_ending()
         logging.shutdown()
         os._exit(exit_status.RESTART)
+
+    def _await_peers_ending(self) -> None:
+        """Process 0 hosts JAX's coordination service, and its end aborts
+        every process still connected to it (SIGABRT, not RESTART): wait,
+        within a bound, until every other survivor has said it ends (it does
+        at its next watch, on this process's "restart" beat)."""
+        deadline = time.monotonic() + 3 * self._interval() + 1.0
+        pending = set(range(self.count)) - {self.index, self._dead_peer}
+        while pending and time.monotonic() < deadline:
+            for peer in sorted(pending):
+                try:
+                    beat = self.storage.read_json(
+                        rundir.process_heartbeat_path(self.lease, peer)
+                    )
+                except Exception:  # unreadable: judged again until the bound
+                    continue
+                if isinstance(beat, dict) and beat.get("state") in ENDING:
+                    pending.discard(peer)
+            time.sleep(0.1)
+        time.sleep(ENDING_GRACE_SECONDS)
 
 
 def _is_collective_error(exc: BaseException) -> bool:

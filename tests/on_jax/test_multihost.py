@@ -1,7 +1,8 @@
 """Multi-process ``fit`` and ``run`` on JAX's CPU runtime: real processes and signals.
 
-Two processes x two CPU devices, gloo collectives, a coordinator on
-127.0.0.1 (tests/on_jax/multihost_worker.py). A process SIGKILLed during
+Two processes x two CPU devices (and once four processes x one), gloo
+collectives, a coordinator on 127.0.0.1
+(tests/on_jax/multihost_worker.py). A process SIGKILLed during
 training makes the survivor exit RESTART within the peer bound, and the
 restarted pair ends bitwise equal to an uninterrupted run; a SIGTERM to one
 process makes both checkpoint at the same step through JAX's preemption
@@ -102,14 +103,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_pair(run_dir: str, out: str, *extra: str) -> tuple[Proc, Proc]:
+def run_group(run_dir: str, out: str, *extra: str, processes: int) -> list[Proc]:
     port = free_port()
-    return Proc(run_dir, out, 0, port, *extra), Proc(run_dir, out, 1, port, *extra)
+    return [
+        Proc(run_dir, out, k, port, *extra, processes=processes)
+        for k in range(processes)
+    ]
 
 
-def finish(pair: tuple[Proc, Proc]) -> None:
-    codes = [p.wait() for p in pair]
-    assert codes == [0, 0], pair[0].text() + "\n----\n" + pair[1].text()
+def run_pair(run_dir: str, out: str, *extra: str) -> tuple[Proc, Proc]:
+    first, second = run_group(run_dir, out, *extra, processes=2)
+    return first, second
+
+
+def finish(group: tuple[Proc, ...] | list[Proc]) -> None:
+    codes = [p.wait() for p in group]
+    assert codes == [0] * len(group), "\n----\n".join(p.text() for p in group)
 
 
 def weights(out: str, k: int) -> list[np.ndarray]:
@@ -188,29 +197,45 @@ def test_custom_loop_with_keras_train_on_batch_equals_fit(
 
 
 def kill_one_restart_bitwise(
-    reference: tuple[str, str], tmp_path: str, *extra: str
+    reference: tuple[str, str], tmp_path: str, *extra: str, processes: int = 2
 ) -> None:
-    """SIGKILL one process at a random step of training; the survivor exits
-    RESTART within the bound; the restarted pair ends bitwise as ``reference``."""
+    """SIGKILL one process (not the coordinator, process 0: its death aborts
+    the others with 134, docs/guide/multi-host.md) at a random step of
+    training; every survivor exits RESTART within the bound; the restarted
+    group ends bitwise as ``reference``."""
     run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
     target = random.Random().randint(4, TOTAL_STEPS - 6)
-    survivor, victim = run_pair(run_dir, out, "--step-delay", "0.15", *extra)
+    group = run_group(run_dir, out, "--step-delay", "0.15", *extra, processes=processes)
+    victim = group[random.Random().randrange(1, processes)]
+    survivors = [p for p in group if p is not victim]
     at = victim.wait_for_step(target)
     victim.proc.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     assert victim.wait() == -signal.SIGKILL
-    assert survivor.wait(timeout=60) == exit_status.RESTART, survivor.text()
+    for survivor in survivors:
+        assert survivor.wait(timeout=60) == exit_status.RESTART, survivor.text()
     took = time.monotonic() - killed
-    # The kill landed during training: neither process reached the end.
-    assert at < TOTAL_STEPS and max(survivor.steps) < TOTAL_STEPS
+    # The kill landed during training: no process reached the end.
+    assert at < TOTAL_STEPS
+    assert all(max(p.steps) < TOTAL_STEPS for p in survivors)
     assert took < 3 * DEAD_AFTER + 10, took
-    finish(run_pair(run_dir, out, *extra))
+    finish(run_group(run_dir, out, *extra, processes=processes))
     _, ref_out = reference
-    for k in (0, 1):
-        assert_bitwise(weights(out, k), weights(ref_out, k))
+    for k in range(processes):  # the state is replicated: whole in each
+        assert_bitwise(weights(out, k), weights(ref_out, 0))
     with open(os.path.join(out, "result.p0.json")) as f:
         resumed = json.load(f)["resumed_at"]
     assert resumed is not None and 0 < resumed <= at
+
+
+def test_four_processes_of_one_device_each_restart_bitwise(
+    reference: tuple[str, str], tmp_path: str
+) -> None:
+    """4 x 1, one CPU device per process (a slice of single-chip hosts): the
+    same four replicas as the 2 x 2 reference, in four processes. A SIGKILL
+    of one of processes 1-3 at a random step makes the three survivors exit
+    RESTART; the restarted four end bitwise equal to the 2 x 2 run."""
+    kill_one_restart_bitwise(reference, tmp_path, "--devices", "1", processes=4)
 
 
 def test_sigterm_to_one_process_checkpoints_all_at_one_step(
