@@ -89,6 +89,7 @@ class MultiHost:
         self._seq = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._ending = threading.Lock()  # held by the thread ending the process
         self._next_agree = 1
         self._agreed_at = (0, time.monotonic())
         self._states: dict[int, Any] = {}  # each peer's last beat's state
@@ -348,6 +349,10 @@ class MultiHost:
 
     def _restart(self, why: str) -> None:
         """End this process now with RESTART (JAX's shutdown would wait on the dead)."""
+        if not self._ending.acquire(blocking=False):
+            # The watch and the training thread can both get here; the
+            # first ends the process, while process 0 awaits its peers.
+            threading.Event().wait()
         message = (
             f"process {self.index} of {self.count}: {why}; exiting with "
             f"{exit_status.RESTART} (restart every process: they resume from "
