@@ -15,13 +15,25 @@ import sys
 import pytest
 from support.processes import run_worker
 
+from colab_resume.checkpoint.manager import staging_bytes
+
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads /proc/self/status"
 )
 
-# One host copy of the state, plus what the upload may buffer (a sixteenth
-# of the state, see checkpoint.manager.staging_bytes) and allocator slack.
-BOUND = 1.1
+# The bound is the documented one (docs/guide/checkpoints.md), part by part:
+# one host copy of the state, with TensorFlow's own slack on its copies of
+# the updated variables (measured 4%: 218 MB for 210 MB of variables);
+# the upload's staging (a sixteenth of the state, 13 MB here); and the HTTP
+# client's buffers, about 15 MB. Measured 2026-12-03: the upload added 2 to
+# 26 MB to the snapshot, as the allocator kept freed pieces resident or
+# not; the whole peaked at 1.10x to 1.16x. The bound is 1.18x at 200 MB.
+TF_COPY_SLACK = 1.05
+CLIENT_BUFFERS = 15_000_000
+
+
+def bound(state: int) -> float:
+    return TF_COPY_SLACK * state + staging_bytes(state) + CLIENT_BUFFERS
 
 
 def test_peak_extra_memory_of_a_save_is_one_copy_plus_bounded_staging(
@@ -38,4 +50,6 @@ def test_peak_extra_memory_of_a_save_is_one_copy_plus_bounded_staging(
     # The snapshot itself (TensorFlow's copies of the updated variables) is
     # there: the measurement saw the worst case it is meant to bound.
     assert extra > 0.8 * state, (extra, state)
-    assert extra <= BOUND * state, f"{extra / state:.2f}x the state"
+    assert extra <= bound(state), (
+        f"{extra / state:.2f}x the state, over {bound(state) / state:.2f}x"
+    )

@@ -71,8 +71,8 @@ def staging_bytes(state_bytes: int) -> int:
     A save holds one host copy of the state (the snapshot; on the CPU only
     the variables training updated meanwhile) and writes it to local disk
     shard by shard, releasing each; what the upload reads back is bounded
-    by this, a sixteenth of the state, so that the whole stays under 1.1
-    times the state for states of about 150 MB and more.
+    by this, a sixteenth of the state (plus the HTTP client's own buffers,
+    about 15 MB; tests/test_save_memory.py measures the whole).
     """
     return max(MIN_STAGING_BYTES, state_bytes // STAGING_SHARE)
 
