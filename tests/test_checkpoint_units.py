@@ -71,6 +71,19 @@ def test_both_triggers_disabled_only_requests_save():
     assert t.due(10**6 + 1) is None
 
 
+def test_the_default_lifetime_counts_in_colab_only():
+    """Colab's ~12 h limit is the default's reason; a chosen one counts anywhere."""
+    from colab_resume.checkpoint.triggers import (
+        DEFAULT_LIFETIME_SECONDS,
+        lifetime_applies,
+    )
+
+    assert lifetime_applies(DEFAULT_LIFETIME_SECONDS, in_colab=True)
+    assert not lifetime_applies(DEFAULT_LIFETIME_SECONDS, in_colab=False)
+    assert lifetime_applies(3600.0, in_colab=False)
+    assert not lifetime_applies(None, in_colab=True)
+
+
 def test_lifetime_deadline_fires_once():
     clock = Clock(now=50_000.0)
     options = TriggerOptions(

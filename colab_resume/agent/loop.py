@@ -65,10 +65,11 @@ from colab_resume.checkpoint import (
     RestoredInfo,
     SaveTriggers,
 )
+from colab_resume.checkpoint.triggers import lifetime_applies
 from colab_resume.errors import FencedError, StorageFullError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
-from colab_resume.runtime import Connection, vm_age
+from colab_resume.runtime import Connection, in_colab, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
 
@@ -415,7 +416,8 @@ class RunLoop:
         start: int,
     ) -> StepDuties:
         """The inner loop's duties from ``start`` on."""
-        age = vm_age()
+        lifetime = self.options.triggers.lifetime_seconds
+        age = vm_age() if lifetime_applies(lifetime, in_colab()) else None
         stop_at, agree = self.processes.step_agreement()
         triggers = SaveTriggers(
             dataclasses.replace(

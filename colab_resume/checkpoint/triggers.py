@@ -21,6 +21,16 @@ from colab_resume.validate import check_int, check_seconds
 DEFAULT_LIFETIME_SECONDS = 11.5 * 3600
 
 
+def lifetime_applies(lifetime_seconds: float | None, in_colab: bool) -> bool:
+    """Whether the VM's age is a reason to save: in Colab, whose ~12 h limit
+    the default is for, or wherever another lifetime was chosen. Elsewhere a
+    host's age says nothing about its end (a container up for a day would
+    save at its first step)."""
+    if lifetime_seconds is None:
+        return False
+    return in_colab or lifetime_seconds != DEFAULT_LIFETIME_SECONDS
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TriggerOptions:
     """When to save.

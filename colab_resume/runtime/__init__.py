@@ -8,7 +8,7 @@ to the accelerator is the framework's, in :mod:`colab_resume.backend`
 """
 
 from colab_resume.runtime.connection import Connection
-from colab_resume.runtime.detect import RuntimeInfo, describe, detect
+from colab_resume.runtime.detect import RuntimeInfo, describe, detect, in_colab
 from colab_resume.runtime.errors import (
     AcceleratorError,
     AcceleratorNotFoundError,
@@ -42,6 +42,7 @@ __all__ = [
     "VMAge",
     "describe",
     "detect",
+    "in_colab",
     "is_accelerator_loss",
     "vm_age",
 ]

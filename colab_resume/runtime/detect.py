@@ -117,6 +117,16 @@ def _tpu_device_files(root: str) -> tuple[str, ...]:
     return tuple(sorted("/" + p[len(prefix) :].lstrip("/") for p in found))
 
 
+def in_colab(
+    env: Mapping[str, str] | None = None,
+    module_available: Callable[[str], bool] | None = None,
+) -> bool:
+    """Whether this is a Colab runtime (see the module's rules)."""
+    env = os.environ if env is None else env
+    available = module_available or _module_available
+    return bool(env.get("COLAB_RELEASE_TAG")) or available("google.colab")
+
+
 def detect(
     env: Mapping[str, str] | None = None,
     *,
@@ -137,14 +147,14 @@ def detect(
     """
     env = os.environ if env is None else env
     available = module_available or _module_available
-    in_colab = bool(env.get("COLAB_RELEASE_TAG")) or available("google.colab")
+    colab = in_colab(env, available)
     libtpu = available("libtpu")
     tpu_devices = _tpu_device_files(root)
     gpu_ctl = os.path.exists(_under(root, "/dev/nvidiactl"))
     gpu_runtime = gpu_ctl or env.get("COLAB_GPU") == "1"
     accelerator_type = env.get("TPU_ACCELERATOR_TYPE") or None
     common: dict[str, Any] = {
-        "in_colab": in_colab,
+        "in_colab": colab,
         "libtpu": libtpu,
         "tpu_devices": tpu_devices,
         "gpu_runtime": gpu_runtime,
@@ -175,7 +185,7 @@ def detect(
         # On Colab, or without a TPU name, the chips are attached to this VM.
         # A name on GCP is resolved through the Cloud TPU API to its workers'
         # addresses, which TensorFlow treats as a remote cluster.
-        named = bool(tpu_name) and not in_colab and tpu_name not in LOCAL_TPU_TARGETS
+        named = bool(tpu_name) and not colab and tpu_name not in LOCAL_TPU_TARGETS
         return RuntimeInfo(
             kind=TPU_VM,
             tpu_target=tpu_name if named else "local",
