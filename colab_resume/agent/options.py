@@ -100,8 +100,8 @@ class AgentOptions:
             giving up.
         recovery_backoff_seconds (float): first wait before reconnecting; doubles.
         lifetime_seconds (float | None): save once when the VM is this old (Colab ends
-            runtimes at ~12 h); the default counts in Colab only, a value
-            chosen counts anywhere; None disables.
+            runtimes at ~12 h); the default (11.5 h) counts in Colab
+            only, any other value anywhere; None disables.
         storage_retry_seconds (float): how long one storage call (a checkpoint
             upload's file, a commit, a read) retries transient faults before
             the run fails with ``StorageUnavailableError``. An outage shorter

@@ -16,6 +16,7 @@ from typing import Any, TypeGuard
 
 from colab_resume.errors import NoCredentialsError, TokenCheckFailedError
 from colab_resume.redact import redact, register_secret
+from colab_resume.runtime.detect import in_colab
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +30,6 @@ HOW_TO_AUTHENTICATE = (
     "storage_options={'token': '/path/to/key.json'}. For a storage emulator "
     "pass storage_options={'token': 'anon', 'endpoint_url': 'http://host:port'}."
 )
-
-
-def in_colab() -> bool:
-    """True inside a Colab runtime (without importing anything heavy)."""
-    if os.environ.get("COLAB_RELEASE_TAG"):
-        return True
-    try:
-        import google.colab  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def authenticate(project: str | None = None) -> Any:
