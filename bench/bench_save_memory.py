@@ -8,17 +8,17 @@ objects do not fit beside the process on a 24 GB machine).
     python bench/bench_save_memory.py [--sizes-mb 100 1600 4000] [--repeats 3]
         [--store gcs|local]
 
-Each size runs in a fresh process (so one size's allocations do not hide
-the next one's peak). There, after two warm-up saves, the kernel's RSS
-high-water mark is reset (``/proc/self/clear_refs``), a save starts, and
-every variable is then updated at once, as a training step does: on the CPU
-that makes TensorFlow copy each variable the snapshot still holds. Two
-cases: the upload thread held until every variable is updated (the worst
-case: the whole snapshot alive), and left to run as the agent runs it (it
-writes and releases shards while the variables are being updated). Once
-the commit is done, the process's ``VmHWM`` minus its RSS before the
-save is the peak extra memory; ``tracemalloc`` gives the part Python and
-NumPy allocated.
+Each measured save runs in a fresh process, with an emulator of its own (so
+no earlier save's freed memory, which the allocator keeps, hides its peak).
+There, after two warm-up saves, the kernel's RSS high-water mark is reset
+(``/proc/self/clear_refs``), a save starts, and every variable is then
+updated at once, as a training step does: on the CPU that makes TensorFlow
+copy each variable the snapshot still holds. Two cases: the upload thread
+held until every variable is updated (the worst case: the whole snapshot
+alive), and left to run as the agent runs it (it writes and releases shards
+while the variables are being updated). Once the commit is done, the
+process's ``VmHWM`` minus its RSS before the save is the peak extra memory;
+``tracemalloc`` gives the part Python and NumPy allocated.
 """
 
 from __future__ import annotations
@@ -133,6 +133,8 @@ def child(url: str, bucket: str, mb: int, repeats: int, held: bool) -> dict:
         extra.append(status_kb("VmHWM") - base)
         python.append(peak)
     manager.close()
+    if url != LOCAL:  # the emulator holds its objects in memory: free them
+        storage.fs.rm(storage.root, recursive=True)
     shutil.rmtree(work, ignore_errors=True)
     return {
         "mb": mb,
@@ -141,6 +143,34 @@ def child(url: str, bucket: str, mb: int, repeats: int, held: bool) -> dict:
         "extra_range": [min(extra), max(extra)],
         "python": statistics.median(python),
     }
+
+
+def _measure(store: str, mb: int, mode: str, repeat: int) -> dict:
+    """One child process's measured save of an ``mb`` MB state.
+
+    Each gets an emulator of its own: after some ten 1.6 GB runs one
+    emulator, holding objects in its memory, began failing uploads.
+    """
+    bucket = f"mem-{mb}-{mode}-{repeat}-{os.getpid()}"
+    emulator = _load_emulator()() if store == "gcs" else None
+    print(f"[memory] {mb} MB, {mode}, run {repeat + 1}", file=sys.stderr)
+    try:
+        if emulator is not None:
+            emulator.create_bucket(bucket)
+        out = subprocess.run(
+            [sys.executable, __file__, "--repeats", "1", "--child"]
+            + [emulator.url if emulator else LOCAL, bucket, str(mb), mode],
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        if emulator is not None:
+            emulator.stop()
+    if out.returncode:
+        raise SystemExit(f"the {mb} MB run failed:\n{out.stderr[-3000:]}")
+    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    result: dict = json.loads(line.removeprefix("RESULT "))
+    return result
 
 
 def main() -> None:
@@ -161,27 +191,24 @@ def main() -> None:
         result = child(url, bucket, int(mb), args.repeats, held == "held")
         sys.stdout.write("RESULT " + json.dumps(result) + "\n")
         return
-    emulator = _load_emulator()() if args.store == "gcs" else None
     results = []
-    try:
-        for mb, mode in [(mb, m) for mb in args.sizes_mb for m in ("held", "free")]:
-            bucket = f"mem-{mb}-{mode}-{os.getpid()}"
-            if emulator is not None:
-                emulator.create_bucket(bucket)
-            out = subprocess.run(
-                [sys.executable, __file__, "--repeats", str(args.repeats), "--child"]
-                + [emulator.url if emulator else LOCAL, bucket, str(mb), mode],
-                capture_output=True,
-                text=True,
-            )
-            if out.returncode:
-                raise SystemExit(f"the {mb} MB run failed:\n{out.stderr[-3000:]}")
-            out = out.stdout
-            line = [x for x in out.splitlines() if x.startswith("RESULT ")][-1]
-            results.append(json.loads(line.removeprefix("RESULT ")) | {"mode": mode})
-    finally:
-        if emulator is not None:
-            emulator.stop()
+    for mb, mode in [(mb, m) for mb in args.sizes_mb for m in ("held", "free")]:
+        # One measured save per fresh process: within one process the
+        # allocator keeps what an earlier save freed, and a later save
+        # reuses it without raising the high-water mark.
+        runs = [
+            _measure(args.store, mb, mode, repeat) for repeat in range(args.repeats)
+        ]
+        extra = [r["extra"] for r in runs]
+        results.append(
+            runs[0]
+            | {
+                "mode": mode,
+                "extra": statistics.median(extra),
+                "extra_range": [min(extra), max(extra)],
+                "python": statistics.median(r["python"] for r in runs),
+            }
+        )
     command = "python bench/bench_save_memory.py " + " ".join(sys.argv[1:])
     lines = [
         f"`{command.strip()}`",

@@ -414,6 +414,22 @@ def test_resumable_upload_survives_faults_on_its_chunks(
     assert info.size == len(payload) and info.crc32c == crc32c_b64(payload)
 
 
+def test_a_large_upload_is_one_session_and_one_streamed_request(
+    fault_proxy: FaultProxy, through_proxy: Storage, tmp_path
+) -> None:
+    """A 20 MB shard goes as one request after its session's start, whatever
+    the piece size asked: pieces a request each cost the server a request
+    each (and on GCS a round trip each)."""
+    source = tmp_path / "ckpt.data"
+    payload = os.urandom(20 << 20)
+    source.write_bytes(payload)
+    before = fault_proxy.counts["requests"]
+    through_proxy.put_file(str(source), "checkpoints/ckpt.data", chunk_bytes=4 << 20)
+    assert fault_proxy.counts["requests"] - before == 2
+    info = through_proxy.info("checkpoints/ckpt.data")
+    assert info.size == len(payload) and info.crc32c == crc32c_b64(payload)
+
+
 def test_seeded_fault_mix_over_many_operations(
     fault_proxy: FaultProxy, through_proxy: Storage
 ) -> None:

@@ -127,8 +127,13 @@ def test_list_is_recursive_relative_and_objects_only(store: Store) -> None:
     }
 
 
-def test_files_travel_whole_and_checked(store: Store, tmp_path) -> None:
-    payload = bytes(range(256)) * 5000  # over one 1 MiB read chunk
+@pytest.mark.parametrize(
+    "size",
+    [256 * 5000, 6 << 20],
+    ids=["over one 1 MiB read", "streamed on GCS"],
+)
+def test_files_travel_whole_and_checked(store: Store, tmp_path, size: int) -> None:
+    payload = (bytes(range(256)) * (size // 256 + 1))[:size]
     source = tmp_path / "upload.bin"
     source.write_bytes(payload)
     store.put_file(str(source), "checkpoints/s/ckpt.data")
