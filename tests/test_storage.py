@@ -390,10 +390,11 @@ def test_stall_is_cut_by_requests_timeout_and_retried(
     assert retries == [("read run.json", 1)]
 
 
-def test_resumable_upload_survives_faults_on_its_chunks(
+def test_streamed_upload_survives_faults_on_its_request(
     fault_proxy: FaultProxy, through_proxy: Storage, tmp_path
 ) -> None:
-    """A 6 MB put_file (a resumable upload) survives a reset and a 503 mid-way."""
+    """A 6 MB put_file (a resumable session, its body streamed) survives a
+    reset and a 503 on the streamed request: each retry starts afresh."""
     source = tmp_path / "ckpt.data"
     payload = os.urandom(6 << 20)
     source.write_bytes(payload)

@@ -15,8 +15,8 @@ from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.storage import Storage
 
 DEFAULT_WORKERS = 8
-# The largest piece one upload reads into memory at a time: GCS's advice for
-# resumable uploads is pieces of 8 MiB or more, fewer requests per file.
+# The largest piece one upload may read into memory at a time, for stores
+# that send pieces (GCS streams a large file in 1 MiB reads, whatever this).
 MAX_CHUNK = 8 << 20
 # An upload holds its piece and, while the socket drains, about as much
 # again in the event loop's send buffer.

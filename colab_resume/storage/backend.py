@@ -228,9 +228,10 @@ class Store(abc.ABC):
         """Upload one local file (not atomic on its own: commit with a marker).
 
         Args:
-            chunk_bytes: send the file in pieces of about this size where
-                the store sends it from memory, so one upload holds no more
-                than that (None: the store's own choice).
+            chunk_bytes: hold no more than about this much of the file in
+                memory at a time where the store sends it from memory (GCS
+                streams it in reads of at most 1 MiB; None: the store's own
+                choice).
         """
 
     @abc.abstractmethod
