@@ -66,7 +66,8 @@ def reset_high_water() -> None:
 LOCAL = "local"  # the child's URL argument for a run directory on local disk
 
 
-def child(url: str, bucket: str, mb: int, repeats: int, held: bool) -> dict:
+def child(url: str, bucket: str, mb: int, held: bool) -> dict:
+    """One measured save (after two warm-up saves) in this fresh process."""
     import gc
     import threading
     import tracemalloc
@@ -114,35 +115,23 @@ def child(url: str, bucket: str, mb: int, repeats: int, held: bool) -> dict:
         manager.wait()
         manager.check()
     one = tf.ones([1024, 1024])
-    extra, python = [], []
-    for _ in range(repeats):
-        step += 1
-        gc.collect()
-        reset_high_water()
-        base = status_kb("VmRSS")
-        tracemalloc.start()
-        updated.clear()
-        manager.save(state, step=step, epoch=0)
-        for v in state["v"]:  # a training step: every variable updated
-            v.assign_add(one)
-        updated.set()
-        manager.wait()
-        manager.check()
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        extra.append(status_kb("VmHWM") - base)
-        python.append(peak)
+    gc.collect()
+    reset_high_water()
+    base = status_kb("VmRSS")
+    tracemalloc.start()
+    updated.clear()
+    manager.save(state, step=step + 1, epoch=0)
+    for v in state["v"]:  # a training step: every variable updated
+        v.assign_add(one)
+    updated.set()
+    manager.wait()
+    manager.check()
+    _, python = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    extra = status_kb("VmHWM") - base
     manager.close()
-    if url != LOCAL:  # the emulator holds its objects in memory: free them
-        storage.fs.rm(storage.root, recursive=True)
     shutil.rmtree(work, ignore_errors=True)
-    return {
-        "mb": mb,
-        "bytes": nbytes,
-        "extra": statistics.median(extra),
-        "extra_range": [min(extra), max(extra)],
-        "python": statistics.median(python),
-    }
+    return {"mb": mb, "bytes": nbytes, "extra": extra, "python": python}
 
 
 def _measure(store: str, mb: int, mode: str, repeat: int) -> dict:
@@ -158,7 +147,7 @@ def _measure(store: str, mb: int, mode: str, repeat: int) -> dict:
         if emulator is not None:
             emulator.create_bucket(bucket)
         out = subprocess.run(
-            [sys.executable, __file__, "--repeats", "1", "--child"]
+            [sys.executable, __file__, "--child"]
             + [emulator.url if emulator else LOCAL, bucket, str(mb), mode],
             capture_output=True,
             text=True,
@@ -188,7 +177,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         url, bucket, mb, held = args.child
-        result = child(url, bucket, int(mb), args.repeats, held == "held")
+        result = child(url, bucket, int(mb), held == "held")
         sys.stdout.write("RESULT " + json.dumps(result) + "\n")
         return
     results = []
