@@ -297,16 +297,20 @@ class KerasFit:
         validation = self.validation_data
         if callable(validation):
             validation = validation(epoch)
-        self.model.fit(
-            dataset,
-            initial_epoch=epoch,
-            epochs=epoch + len(datasets),
-            steps_per_epoch=self.steps_per_epoch - skip,
-            callbacks=callbacks,
-            verbose=self.verbose,
-            validation_data=validation,
-            **fit_options,
-        )
+        fed, release = backend.current().fit_input(dataset, self.model)
+        try:
+            self.model.fit(
+                fed,
+                initial_epoch=epoch,
+                epochs=epoch + len(datasets),
+                steps_per_epoch=self.steps_per_epoch - skip,
+                callbacks=callbacks,
+                verbose=self.verbose,
+                validation_data=validation,
+                **fit_options,
+            )
+        finally:
+            release()
         return len(datasets)
 
     def enter_epoch(self, epoch: int) -> None:

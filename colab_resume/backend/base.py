@@ -120,6 +120,11 @@ class Backend(Protocol):
         """The datasets one after the other, as one dataset (several epochs)."""
         ...
 
+    def fit_input(self, dataset: Any, model: Any) -> tuple[Any, Callable[[], None]]:
+        """What to pass ``model.fit`` for ``dataset``, and a call for after it
+        returns (it lets go of what ``fit`` made from the input)."""
+        ...
+
     def random_op_watch(self) -> Any:
         """A ``RandomOpWatch`` for the step's first trace, or None when the
         backend has no random state hidden from the checkpoint."""

@@ -326,6 +326,10 @@ class JaxBackend:
             )
         return datasets[0]
 
+    def fit_input(self, dataset: Any, model: Any) -> tuple[Any, Callable[[], None]]:
+        """The dataset itself: nothing of JAX's blocks when ``fit`` lets go."""
+        return dataset, lambda: None
+
     def random_op_watch(self) -> Any:
         """None: JAX has no stateful random ops hidden from the checkpoint."""
         return None

@@ -160,6 +160,13 @@ class TensorFlowBackend:
         # tf.data (see agent/spans.py), at a negligible cost per batch.
         return combined.filter(lambda *batch: tf.constant(True))
 
+    def fit_input(self, dataset: Any, model: Any) -> tuple[Any, Callable[[], None]]:
+        """The dataset distributed as Keras would, its iterators deleted off
+        the training thread (see :mod:`~colab_resume.backend.tf_iterators`)."""
+        from colab_resume.backend.tf_iterators import fit_input
+
+        return fit_input(dataset, model.distribute_strategy)
+
     def random_op_watch(self) -> Any:
         from colab_resume.backend.random_ops import RandomOpWatch
 

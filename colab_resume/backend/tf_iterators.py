@@ -1,0 +1,99 @@
+"""The input iterators of a ``fit`` call, let go of off the training thread.
+
+When ``model.fit`` returns, the ``tf.data`` iterators it made die with it,
+on the thread that called it. On TensorFlow 2.21 on CPU, deleting one can
+block that thread for seconds, and for longer the longer the iterator
+lived: the delete waits for tf.data's autotuning thread, which sometimes
+sleeps out its current optimisation period (it doubles, up to a minute)
+instead of waking on cancellation. Measured with the overhead bench
+(``bench/head_to_head/overhead.py``), 4 to 70 s after each of the agent's
+``fit`` calls, with the training thread idle; a plain ``fit`` pays it at
+its end too, and between epochs where Keras makes an iterator per epoch.
+
+The agent feeds ``fit`` its own distributed dataset whose iterators it
+keeps a reference to, and hands them to one daemon thread when ``fit``
+returns; that thread's delete waits, training does not. Only what ``fit``
+would have made anyway is made: the same strategy distributes the same
+dataset.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["fit_input"]
+
+_lock = threading.Lock()
+_reaper: _Reaper | None = None
+
+
+def fit_input(dataset: Any, strategy: Any) -> tuple[Any, Callable[[], None]]:
+    """What to pass ``fit`` for ``dataset``, and what to call once it returned.
+
+    Returns ``(input, release)``: ``input`` trains exactly as ``dataset``
+    would (``strategy.experimental_distribute_dataset``, which Keras calls
+    itself otherwise); ``release()`` hands the iterators ``fit`` made from
+    it to the reaper thread. Where the distributed dataset cannot keep its
+    iterators (a type this TensorFlow will not let us extend), ``input`` is
+    ``dataset`` itself and ``release`` does nothing.
+    """
+    distributed = strategy.experimental_distribute_dataset(dataset)
+    kept: list[Any] = []
+    try:
+        distributed.__class__ = _keeping(type(distributed), kept)
+    except TypeError:  # a layout Python cannot re-class: let Keras do it
+        return dataset, lambda: None
+
+    def release() -> None:
+        if kept:
+            _reaper_thread().take(kept[:])
+            kept.clear()
+
+    return distributed, release
+
+
+def _keeping(base: type, kept: list[Any]) -> type:
+    """``base`` whose ``iter()`` also appends what it returns to ``kept``.
+
+    A class per ``fit`` call, not an attribute on the dataset: TensorFlow's
+    objects track (and wrap) the attributes set on them.
+    """
+
+    def __iter__(self: Any) -> Any:  # noqa: N807 - the protocol's name
+        iterator = base.__iter__(self)
+        kept.append(iterator)
+        return iterator
+
+    return type(base.__name__, (base,), {"__iter__": __iter__})
+
+
+class _Reaper:
+    """One daemon thread that drops the references it is handed."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[list[Any]] = queue.SimpleQueue()
+        self.thread = threading.Thread(
+            target=self._run, name="colab-resume-iterator-reaper", daemon=True
+        )
+        self.thread.start()
+
+    def take(self, iterators: list[Any]) -> None:
+        self._queue.put(iterators)
+
+    def _run(self) -> None:
+        while True:
+            iterators = self._queue.get()
+            # The last references: the deletes (and their waits) happen here.
+            iterators.clear()
+            del iterators
+
+
+def _reaper_thread() -> _Reaper:
+    global _reaper
+    with _lock:
+        if _reaper is None:
+            _reaper = _Reaper()
+        return _reaper
