@@ -19,18 +19,18 @@ dataset.
 
 from __future__ import annotations
 
+import gc
 import queue
 import threading
-from collections.abc import Callable
 from typing import Any
 
-__all__ = ["fit_input"]
+__all__ = ["Release", "fit_input"]
 
 _lock = threading.Lock()
 _reaper: _Reaper | None = None
 
 
-def fit_input(dataset: Any, strategy: Any) -> tuple[Any, Callable[[], None]]:
+def fit_input(dataset: Any, strategy: Any) -> tuple[Any, Release]:
     """What to pass ``fit`` for ``dataset``, and what to call once it returned.
 
     Returns ``(input, release)``: ``input`` trains exactly as ``dataset``
@@ -41,21 +41,27 @@ def fit_input(dataset: Any, strategy: Any) -> tuple[Any, Callable[[], None]]:
     ``dataset`` itself and ``release`` does nothing.
     """
     distributed = strategy.experimental_distribute_dataset(dataset)
-    kept: list[Any] = []
+    release = Release()
     try:
-        distributed.__class__ = _keeping(type(distributed), kept)
+        distributed.__class__ = _keeping(type(distributed), release.iterators)
     except TypeError:  # a layout Python cannot re-class: let Keras do it
-        return dataset, lambda: None
-
-    def release() -> None:
-        if kept:
-            _reaper_thread().take(kept[:])
-            kept.clear()
-
+        return dataset, release
     return distributed, release
 
 
-def _keeping(base: type, kept: list[Any]) -> type:
+class Release:
+    """The iterators ``fit`` made from its input; calling it lets go of them."""
+
+    def __init__(self) -> None:
+        self.iterators: list[Any] = []
+
+    def __call__(self) -> None:
+        if self.iterators:
+            _reaper_thread().take(self.iterators[:])
+            self.iterators.clear()
+
+
+def _keeping(base: Any, kept: list[Any]) -> type:
     """``base`` whose ``iter()`` also appends what it returns to ``kept``.
 
     A class per ``fit`` call, not an attribute on the dataset: TensorFlow's
@@ -86,9 +92,12 @@ class _Reaper:
     def _run(self) -> None:
         while True:
             iterators = self._queue.get()
-            # The last references: the deletes (and their waits) happen here.
+            # The last references: the deletes (and their waits) happen here;
+            # the collection takes any caught in a reference cycle, which
+            # would otherwise die in whichever thread next collects.
             iterators.clear()
             del iterators
+            gc.collect()
 
 
 def _reaper_thread() -> _Reaper:
