@@ -26,8 +26,11 @@ other work on the machine hits all alike. Prints, per contender, the median
 (min-max) of its whole-training time over plain ``fit``'s in the same
 round; the same for the median time of one step (the steady pace, which
 start-up, epoch ends and TensorFlow's occasional multi-second stall when it
-makes an iterator do not touch); and the median blocking time per save (the
-wall time of the save call) — the median over runs of each run's median.
+makes or deletes an iterator do not touch); the seconds of a run spent in
+those stalls (gaps between steps over 4x its median step), which with the
+steady pace accounts for the whole run; and the median blocking time per
+save (the wall time of the save call) — the median over runs of each run's
+median.
 """
 
 from __future__ import annotations
@@ -123,6 +126,7 @@ def _timed(
         "cpu_s": end.get("cpu_s"),
         "block_s": statistics.median(blocks) if blocks else None,
         "step_s": _median_step(p.all("step")),
+        "stall_s": _stalls(p.all("step")),
         "server_cpu_s": (
             server_after - server_before
             if server_before is not None and server_after is not None
@@ -162,6 +166,16 @@ def _median_step(steps: list[dict]) -> float:
     return statistics.median(b - a for a, b in zip(times, times[1:], strict=False))
 
 
+def _stalls(steps: list[dict]) -> float:
+    """Seconds in gaps between steps over 4x the run's median step: where the
+    whole run goes beyond its steady pace (iterators made or deleted, an
+    epoch's end, a wait for storage)."""
+    times = [e["t"] for e in steps]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    median = statistics.median(gaps)
+    return sum(gap for gap in gaps if gap > 4 * median)
+
+
 def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
     base = [r["train_s"] for r in runs["plain_fit"]]
     base_step = [r["step_s"] for r in runs["plain_fit"]]
@@ -175,8 +189,9 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
         "",
         "| contender | training time, median | / plain fit, median (min-max) "
         "| step time / plain fit's, median (min-max) | CPU / plain fit's, median "
+        "| stalls (gaps over 4x the median step), median (min-max) "
         "| blocking per save, median | storage server CPU, median |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for contender, rows in runs.items():
         times = [r["train_s"] for r in rows]
@@ -192,11 +207,13 @@ def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
         cpu = f"{statistics.median(cpus):.3f}" if cpus else "-"
         served = [r["server_cpu_s"] for r in rows if r.get("server_cpu_s") is not None]
         server = f"{statistics.median(served):.2f} s" if served else "-"
+        stalls = sorted(r["stall_s"] for r in rows)
         lines.append(
             f"| {contender} | {statistics.median(times):.2f} s "
             f"| **{statistics.median(ratios):.3f}** ({ratios[0]:.3f}-{ratios[-1]:.3f}) "
             f"| {statistics.median(paces):.3f} ({paces[0]:.3f}-{paces[-1]:.3f}) "
-            f"| {cpu} | {block} | {server} |"
+            f"| {cpu} | {statistics.median(stalls):.2f} s "
+            f"({stalls[0]:.2f}-{stalls[-1]:.2f}) | {block} | {server} |"
         )
     return "\n".join(lines)
 
