@@ -9,6 +9,8 @@ happen, which is what keeps the training thread out of that wait.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import weakref
 
@@ -89,3 +91,29 @@ def test_the_agent_hands_its_fit_iterators_to_the_reaper(tmp_path, monkeypatch):
     agent.close()
     # One release per fit call (spans of 1 and 2 epochs), each with iterators.
     assert len(handed) == 2 and all(handed), handed
+
+
+def test_the_process_exits_only_after_the_deletes_handed_over(tmp_path):
+    # A delete still under way when the interpreter finalizes aborts the
+    # process (its thread is ended inside TensorFlow's destructor): exit
+    # waits for it. An object whose delete takes a second stands in for an
+    # iterator whose delete waits; the process exits right after handing it.
+    done = tmp_path / "deleted"
+    script = f"""
+import time
+from colab_resume.backend import tf_iterators
+
+class SlowToDelete:
+    def __del__(self):
+        time.sleep(1.0)
+        open({str(done)!r}, "w").close()
+
+release = tf_iterators.Release()
+release.iterators.append(SlowToDelete())
+release()
+"""
+    finished = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert done.exists(), "the process exited before the delete it handed over"

@@ -19,12 +19,16 @@ dataset.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import queue
 import threading
 from typing import Any
 
 __all__ = ["Release", "fit_input"]
+
+# Past tf.data's longest wait (its period stops doubling at a minute).
+EXIT_WAIT_SECONDS = 90.0
 
 _lock = threading.Lock()
 _reaper: _Reaper | None = None
@@ -77,17 +81,35 @@ def _keeping(base: Any, kept: list[Any]) -> type:
 
 
 class _Reaper:
-    """One daemon thread that drops the references it is handed."""
+    """One daemon thread that drops the references it is handed.
+
+    The interpreter must not finalize while a delete is under way: a daemon
+    thread that wakes inside TensorFlow's C++ destructor then is ended by
+    the interpreter, and the process aborts ("FATAL: exception not
+    rethrown", exit -6). So the process waits at exit for the deletes
+    handed over, as long as they take: never longer than the training
+    thread itself would have waited for them.
+    """
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[list[Any]] = queue.SimpleQueue()
+        self._pending = 0
+        self._idle = threading.Condition()
         self.thread = threading.Thread(
             target=self._run, name="colab-resume-iterator-reaper", daemon=True
         )
         self.thread.start()
+        atexit.register(self.wait)
 
     def take(self, iterators: list[Any]) -> None:
+        with self._idle:
+            self._pending += 1
         self._queue.put(iterators)
+
+    def wait(self, timeout: float | None = EXIT_WAIT_SECONDS) -> bool:
+        """Wait until every delete handed over is done; False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def _run(self) -> None:
         while True:
@@ -98,6 +120,9 @@ class _Reaper:
             iterators.clear()
             del iterators
             gc.collect()
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
 
 
 def _reaper_thread() -> _Reaper:
