@@ -159,19 +159,23 @@ def profile_table(profiles: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def _median_step(steps: list[dict]) -> float:
-    """The median time from one step's end to the next's: the steady pace,
-    untouched by start-up, epoch ends and the rare stall."""
+def _gaps(steps: list[dict]) -> list[float]:
+    """The time from each step's end to the next's."""
     times = [e["t"] for e in steps]
-    return statistics.median(b - a for a, b in zip(times, times[1:], strict=False))
+    return [b - a for a, b in zip(times, times[1:], strict=False)]
+
+
+def _median_step(steps: list[dict]) -> float:
+    """The median gap between steps: the steady pace, untouched by start-up,
+    epoch ends and the rare stall."""
+    return statistics.median(_gaps(steps))
 
 
 def _stalls(steps: list[dict]) -> float:
     """Seconds in gaps between steps over 4x the run's median step: where the
     whole run goes beyond its steady pace (iterators made or deleted, an
     epoch's end, a wait for storage)."""
-    times = [e["t"] for e in steps]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = _gaps(steps)
     median = statistics.median(gaps)
     return sum(gap for gap in gaps if gap > 4 * median)
 
