@@ -567,8 +567,9 @@ class CheckpointManager:
         """
         with self._lock:
             in_flight = self._in_flight
+        listed = RunListing.read(self.storage).checkpoints
         doomed = retention.plan(
-            RunListing.read(self.storage).checkpoints,
+            retention.with_leftovers(self.storage, listed),
             keep=self.config.keep,
             keep_every_steps=self.config.keep_every_steps,
             lease=self.lease,

@@ -5,9 +5,11 @@ step is a multiple of ``keep_every_steps``; never the newest committed one;
 only older than a committed one (so nothing is deleted before its successor
 has committed). Uncommitted directories of this or older leases are
 leftovers of dead or failed uploads and are removed, except the upload in
-flight. What counts as committed, and the order of deletion that keeps a
-half-deleted checkpoint from looking committed, is
-:mod:`colab_resume.protocol.commit`'s.
+flight. A directory's files that are not objects (a Drive upload killed
+before its name was stored) go with it, and a directory that holds nothing
+else, which no listing shows, is found by :func:`with_leftovers`. What
+counts as committed, and the order of deletion that keeps a half-deleted
+checkpoint from looking committed, is :mod:`colab_resume.protocol.commit`'s.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 from colab_resume.protocol import commit
 from colab_resume.protocol.listing import CheckpointDir
-from colab_resume.protocol.rundir import CheckpointName
+from colab_resume.protocol.rundir import CHECKPOINT_DIR, CheckpointName
 from colab_resume.storage import Storage
 
 
@@ -59,9 +61,31 @@ def plan(
     return sorted(doomed, key=lambda d: d.name)
 
 
+def with_leftovers(
+    storage: Storage, dirs: Sequence[CheckpointDir]
+) -> list[CheckpointDir]:
+    """``dirs``, and the directories holding only leftovers, oldest first.
+
+    A session killed during the first upload of a checkpoint on Drive
+    leaves a file no listing shows (its name never reached the run's
+    index), so the directory is not among ``dirs``; it is added here as an
+    uncommitted directory without objects, for :func:`plan` to judge like
+    any other leftover. Its bytes would otherwise fill the quota for good.
+    """
+    known = {d.name for d in dirs}
+    found = []
+    for path in storage.leftovers(CHECKPOINT_DIR):
+        parts = path.split("/")
+        name = CheckpointName.parse(parts[1]) if len(parts) == 3 else None
+        if name is not None and name not in known:
+            known.add(name)
+            found.append(CheckpointDir(name=name, objects={}))
+    return sorted([*dirs, *found], key=lambda d: d.name)
+
+
 def delete(storage: Storage, entry: CheckpointDir, fence: Callable[[], None]) -> None:
     """Delete one checkpoint directory: fence check, then uncommit it first."""
     fence()
     for file_name in commit.deletion_order(entry.objects):
         storage.delete(f"{entry.name.path}/{file_name}")
-    storage.remove_empty_folder(entry.name.path)
+    storage.remove_leftovers(entry.name.path)

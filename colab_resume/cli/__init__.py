@@ -104,7 +104,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     verb = "would delete" if args.dry_run else "deleted"
     for path in deleted:
         print(f"{verb} {path}")
-    print(f"{verb} {len(deleted)} checkpoint directories")
+    noun = "directory" if len(deleted) == 1 else "directories"
+    print(f"{verb} {len(deleted)} checkpoint {noun}")
     return 0
 
 

@@ -23,7 +23,7 @@ def prune(
     status = liveness.read_status(storage, listing=listing)
     holder_may_upload = status.state in (liveness.ALIVE, liveness.STALLED)
     doomed = retention.plan(
-        listing.checkpoints,
+        retention.with_leftovers(storage, listing.checkpoints),
         keep=keep,
         keep_every_steps=keep_every_steps,
         lease=status.lease - 1 if holder_may_upload else status.lease,

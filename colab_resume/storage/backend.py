@@ -45,6 +45,7 @@ Knows nothing of TensorFlow.
 from __future__ import annotations
 
 import abc
+import builtins
 import dataclasses
 from typing import Any
 
@@ -258,10 +259,26 @@ class Store(abc.ABC):
     def delete(self, rel: str, *, timeout: float | None = None) -> None:
         """Delete one object; deleting what is already gone is not an error."""
 
-    def remove_empty_folder(self, rel: str) -> None:
-        """Remove the folder ``rel`` if it is empty, where folders exist.
+    def leftovers(
+        self, prefix: str, *, timeout: float | None = None
+    ) -> builtins.list[str]:
+        """What interrupted writes left below ``prefix`` that is not an object.
 
-        Object stores have none (a prefix vanishes with its last object).
+        A write killed halfway can leave bytes that no listing shows but
+        that still take space: on Drive an upload whose name never reached
+        the run's index, on a local disk a temporary file. Paths are relative
+        to the run directory. Object stores leave nothing (an unfinished GCS
+        upload is not an object, and the server drops it).
+        """
+        return []
+
+    def remove_leftovers(self, rel: str, *, timeout: float | None = None) -> None:
+        """Remove what is left of the directory ``rel`` once its objects are deleted.
+
+        That is its :meth:`leftovers`, and the folder itself where folders
+        exist (object stores have none: a prefix vanishes with its last
+        object). Call it only for a directory no live writer uses: a write
+        in flight is a leftover until it lands.
         """
         return None
 

@@ -56,11 +56,16 @@ header of a Drive response: every stamp comes from Google's servers,
 never from this machine.
 
 **Deletion** is ``files.delete``: permanent, never the trash (which would
-still count against the owner's quota).
+still count against the owner's quota). The files no index names (an
+upload killed before its claim, a delete killed between index and file)
+are :meth:`~DriveStore.leftovers`: invisible to readers, but they take
+quota, so retention deletes those of the checkpoints it removes
+(``checkpoint/retention.py``).
 """
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import threading
@@ -458,7 +463,8 @@ class DriveStore(Store):
                 return entries
 
             # The index first: a crash between the two leaves an unnamed
-            # file (quota, no confusion), never a name whose file is gone.
+            # file (quota, no confusion; retention's remove_leftovers
+            # deletes it), never a name whose file is gone.
             with self._lock:
                 self._unnamed[rel] = file_id
             self.folder.update(drop, timeout)
@@ -470,6 +476,41 @@ class DriveStore(Store):
             self.api.delete(unnamed, timeout=timeout)
             with self._lock:
                 self._unnamed.pop(rel, None)
+
+    def leftovers(
+        self, prefix: str, *, timeout: float | None = None
+    ) -> builtins.list[str]:
+        return sorted({raw["name"] for raw in self._unnamed_files(prefix, timeout)})
+
+    def remove_leftovers(self, rel: str, *, timeout: float | None = None) -> None:
+        for raw in self._unnamed_files(rel, timeout):
+            self.api.delete(raw["id"], timeout=timeout)
+
+    def _unnamed_files(
+        self, prefix: str, timeout: float | None
+    ) -> builtins.list[dict[str, Any]]:
+        """Files in the run folder named below ``prefix`` that the index does
+        not name: uploads killed before their claim, or deletes killed between
+        the index and the file. They count against the owner's quota.
+        """
+        folder = self._run_folder(create=False, timeout=timeout)
+        if folder is None:
+            return []
+        # The files first, then the index: a file claimed before the index
+        # is read is in it, so a claim landing meanwhile is never taken for
+        # a leftover.
+        files = self.api.children(
+            f"{quote(folder)} in parents and trashed = false",
+            "id,name",
+            timeout=timeout,
+        )
+        named = set(self.folder.read(timeout).values()) | {self.folder.index_id}
+        stem = prefix.strip("/") + "/"
+        return [
+            raw
+            for raw in files
+            if raw["id"] not in named and str(raw.get("name", "")).startswith(stem)
+        ]
 
     # --- faults ------------------------------------------------------------
 

@@ -10,6 +10,7 @@ atomic hard link.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
@@ -107,9 +108,14 @@ class LocalStore(FsspecStore):
     def list(self, prefix: str, *, timeout: float | None = None) -> list[ObjectInfo]:
         found = super().list(prefix, timeout=timeout)
         # The temporary files of writes still in progress are not objects yet.
-        return [
-            o for o in found if not o.path.rsplit("/", 1)[-1].startswith(TEMP_PREFIX)
-        ]
+        return [o for o in found if not _temporary(o.path)]
+
+    def leftovers(
+        self, prefix: str, *, timeout: float | None = None
+    ) -> builtins.list[str]:
+        # A temporary file outlives its write only when the writer was killed.
+        found = super().list(prefix, timeout=timeout)
+        return [o.path for o in found if _temporary(o.path)]
 
     def write(
         self,
@@ -122,7 +128,9 @@ class LocalStore(FsspecStore):
     ) -> None:
         write_atomically(self._record_path(rel), data, create_only)
 
-    def remove_empty_folder(self, rel: str) -> None:
+    def remove_leftovers(self, rel: str, *, timeout: float | None = None) -> None:
+        for path in self.leftovers(rel, timeout=timeout):
+            self.delete(path, timeout=timeout)
         # A local run directory would otherwise keep one per deleted checkpoint.
         with contextlib.suppress(OSError):  # not empty, or already gone
             os.rmdir(self.path(rel))
@@ -165,3 +173,8 @@ def write_atomically(path: str, data: bytes, create_only: bool) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _temporary(path: str) -> bool:
+    """Whether ``path`` names the temporary file of a write, not an object."""
+    return path.rsplit("/", 1)[-1].startswith(TEMP_PREFIX)

@@ -435,10 +435,27 @@ class Storage:
             f"delete {rel}", lambda timeout: self.store.delete(rel, timeout=timeout)
         )
 
-    def remove_empty_folder(self, rel: str) -> None:
-        """Remove the folder ``rel`` if it is empty, where folders exist.
+    def leftovers(self, prefix: str) -> builtins.list[str]:
+        """What interrupted writes left below ``prefix`` that is not an object.
 
-        Object stores have none (a prefix vanishes with its last object); a
-        local run directory would keep one per deleted checkpoint.
+        Paths, sorted. No listing shows them, but they take space: a Drive
+        upload killed before its name was stored, a local temporary file.
         """
-        self.store.remove_empty_folder(rel)
+        found = self._call(
+            f"list leftovers of {prefix or '/'}",
+            lambda timeout: self.store.leftovers(prefix, timeout=timeout),
+        )
+        return sorted(found)
+
+    def remove_leftovers(self, rel: str) -> None:
+        """Remove what is left of the directory ``rel`` once its objects are gone.
+
+        Its :meth:`leftovers`, and the folder where folders exist (a local
+        run directory would keep one per deleted checkpoint). Only for a
+        directory no live writer uses: a write in flight is a leftover
+        until it lands.
+        """
+        self._call(
+            f"remove leftovers of {rel}",
+            lambda timeout: self.store.remove_leftovers(rel, timeout=timeout),
+        )
