@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from colab_resume.protocol import commit
-from colab_resume.protocol.listing import CheckpointDir
+from colab_resume.protocol.listing import CheckpointDir, checkpoint_file
 from colab_resume.protocol.rundir import CHECKPOINT_DIR, CheckpointName
 from colab_resume.storage import Storage
 
@@ -75,11 +75,10 @@ def with_leftovers(
     known = {d.name for d in dirs}
     found = []
     for path in storage.leftovers(CHECKPOINT_DIR):
-        parts = path.split("/")
-        name = CheckpointName.parse(parts[1]) if len(parts) == 3 else None
-        if name is not None and name not in known:
-            known.add(name)
-            found.append(CheckpointDir(name=name, objects={}))
+        parsed = checkpoint_file(path)
+        if parsed is not None and parsed[0] not in known:
+            known.add(parsed[0])
+            found.append(CheckpointDir(name=parsed[0], objects={}))
     return sorted([*dirs, *found], key=lambda d: d.name)
 
 

@@ -165,6 +165,19 @@ def _leases(url: str, objects: Iterable[ObjectInfo]) -> tuple[Lease, ...]:
     return tuple(found)
 
 
+def checkpoint_file(path: str) -> tuple[CheckpointName, str] | None:
+    """The checkpoint directory and file name of a run-relative ``path``.
+
+    None unless ``path`` is a file directly inside a well-named
+    ``checkpoints/step-*.e*`` directory.
+    """
+    parts = path.split("/")
+    if len(parts) != 3 or parts[0] != CHECKPOINT_DIR:
+        return None
+    name = CheckpointName.parse(parts[1])
+    return None if name is None else (name, parts[2])
+
+
 def _group(
     objects: Iterable[ObjectInfo], leases: tuple[Lease, ...]
 ) -> tuple[CheckpointDir, ...]:
@@ -175,13 +188,11 @@ def _group(
     """
     grouped: dict[CheckpointName, dict[str, ObjectInfo]] = {}
     for info in objects:
-        parts = info.path.split("/")
-        if len(parts) != 3 or parts[0] != CHECKPOINT_DIR:
+        found = checkpoint_file(info.path)
+        if found is None:
             continue
-        name = CheckpointName.parse(parts[1])
-        if name is None:
-            continue
-        grouped.setdefault(name, {})[parts[2]] = info
+        name, file_name = found
+        grouped.setdefault(name, {})[file_name] = info
     return tuple(
         CheckpointDir(
             name=name,
