@@ -47,7 +47,7 @@ _SHAPES = re.compile(
 _JOIN = r"""[\s"'\\]*[:=][\s"'\\]*"""
 _VALUE = r"""[^\s"'\\,;}&]+"""
 _FIELDS = re.compile(
-    r"(?i)((?:access|refresh|id)_token|private_key|client_secret)"
+    r"(?i)((?:access|refresh|id)_token|private_key|client_secret|upload_id)"
     rf"({_JOIN})({_VALUE})"
 )
 # The header's scheme ("Basic", "Token", ...) is kept; its credentials go.

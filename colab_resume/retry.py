@@ -62,6 +62,11 @@ class RetryPolicy:
 _JITTER = random.Random()
 
 
+def jitter(low: float, high: float) -> float:
+    """A random wait in [low, high] from the package's own generator."""
+    return _JITTER.uniform(low, high)
+
+
 class RetriesExhausted(Exception):
     """Retryable failures outlasted the policy.
 

@@ -1,33 +1,67 @@
-"""The run folder of a gdrive:// run directory, and its index.
+"""The run folder of a gdrive:// run directory, and its index (a cache).
 
-The folder is found by name below its base folder, one level at a time;
-Drive allows several folders (and indexes) of one name, so of several
-everyone takes the oldest by ``createdTime`` then id, and a creator whose
-own copy lost deletes it (see :mod:`colab_resume.storage.drive`). The
-index maps each object's path to its file id; it changes only by a
-conditional update (v2 ``If-Match``), re-read and retried on 412.
+The folder is found by name below its base folder, one level at a time.
+Drive allows several folders (and indexes) of one name, so:
+
+- **Intermediate folders**: everyone takes the oldest by ``createdTime``
+  then id, and a creator whose own copy lost deletes it while empty.
+- **The run folder** is chosen by identity (:meth:`RunFolder._choose`):
+  of several same-named folders (one restored from the trash, a copy, a
+  namesake) the one holding files of a run, the newest activity first;
+  the choice is logged with its reason, and a tie is refused with the
+  folder ids and the fix. A new run folder carries a fresh run id
+  (:mod:`colab_resume.storage.drive_proof`).
+
+**The index** maps each object's path to its file id. It changes only by a
+conditional update (v2 ``If-Match``), re-read and retried on 412. It is a
+cache of what the files prove: an index that is missing, trashed,
+unparsable, of the wrong shape or over :data:`MAX_INDEX_BYTES` is never
+read as a fresh run while the folder holds files of the run. A reader
+then works from the files' proof (:attr:`RunFolder.damage` says what was
+wrong); a writer rebuilds the index from it first. A rebuilt index names
+each proven file that was *claimed* (touched after its upload, see
+:mod:`colab_resume.storage.drive`); an upload killed before its claim stays
+unnamed, a leftover, as it would have with the index intact.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume.errors import CorruptRecordError, StorageError
+from colab_resume.retry import jitter
+from colab_resume.storage import drive_proof as proof
 from colab_resume.storage.drive_api import FOLDER_MIME, DriveApi, DriveHttpError
+from colab_resume.storage.records import MAX_RECORD_BYTES
 
 log = logging.getLogger(__name__)
 
 INDEX_NAME = ".colab-resume-index.json"
+INDEX_FORMAT = 2  # 1: before provenance (a legacy folder's)
+# An index is read with the limit of every other record of the run.
+MAX_INDEX_BYTES = MAX_RECORD_BYTES
 # Conditional index updates lost to other writers before giving up (each
 # loss means another write landed: progress, not a fault).
 _MAX_INDEX_RACES = 200
+# Names only a run's own folder holds: unproven files of these names mean a
+# copy of a run made by another program.
+_RUN_NAMES = (INDEX_NAME, "run.json")
+
+
+class AmbiguousRunFolderError(StorageError):
+    """Several folders match the run's path and none can be told to be the run."""
+
+
+class DamagedIndexError(CorruptRecordError):
+    """The index could not be read as an index (the text says why)."""
 
 
 def parse_time(text: str) -> float:
@@ -40,15 +74,33 @@ def quote(name: str) -> str:
     return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _winner(found: list[dict[str, Any]]) -> dict[str, Any] | None:
+def touched(raw: dict[str, Any]) -> bool:
+    """Whether the file was stamped after its upload (claimed, or overwritten)."""
+    return parse_time(raw["modifiedTime"]) > parse_time(raw["createdTime"])
+
+
+def _oldest(found: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The one of several same-named files every reader picks."""
     if not found:
         return None
     return min(found, key=lambda item: (parse_time(item["createdTime"]), item["id"]))
 
 
+@dataclasses.dataclass
+class _Candidate:
+    """A folder of the run's name, and what its files say of it."""
+
+    raw: dict[str, Any]
+    activity: float | None  # the newest stamp of a file of a run in it
+    what: str  # in words, for the log and the refusal
+
+    @property
+    def id(self) -> str:
+        return str(self.raw["id"])
+
+
 class RunFolder:
-    """The run folder's id, its index's id, and the index as last read.
+    """The run folder's id, its run id, its index's id and entries as last read.
 
     Args:
         api: the Drive calls.
@@ -62,26 +114,37 @@ class RunFolder:
         self._lock = threading.Lock()
         self._resolving = threading.Lock()
         self.folder_id: str | None = None
+        self.run_id: str | None = None  # None: a legacy folder (or none yet)
         self.index_id: str | None = None
+        # What was wrong with the index when this store found it; None: fine.
+        self.damage: str | None = None
         self._entries: dict[str, str] = {}  # path -> file id, as last read
+        self._from_proof = False  # the entries come from the files, not an index
 
     def forget(self, rel: str) -> None:
         """Drop a cached id whose file turned out to be gone."""
         with self._lock:
             self._entries.pop(rel, None)
 
-    def resolve(self, *, create: bool, timeout: float | None) -> str | None:
-        """The run folder's id; None if it does not exist and ``create`` is false."""
-        if self.folder_id is not None:
-            return self.folder_id
-        with self._resolving:  # one resolution per store, not one per thread
-            if self.folder_id is not None:
-                return self.folder_id
-            return self._resolve(create=create, timeout=timeout)
+    # --- finding the folder and its index ------------------------------------
 
-    def _resolve(self, *, create: bool, timeout: float | None) -> str | None:
+    def resolve(self, *, create: bool, timeout: float | None) -> str | None:
+        """The run folder's id; None if there is no run and ``create`` is false."""
+        if self.folder_id is not None and (self.index_id or not create):
+            if self.index_id or self._from_proof:
+                return self.folder_id
+        with self._resolving:  # one resolution per store, not one per thread
+            if self.folder_id is None and not self._find_folder(create, timeout):
+                return None
+            if self.index_id is None and (create or not self._from_proof):
+                if not self._find_index(create, timeout):
+                    return None
+            return self.folder_id
+
+    def _find_folder(self, create: bool, timeout: float | None) -> bool:
         parent = self.base
-        for name in self.segments:
+        *above, last = self.segments or [""]
+        for name in above:
             query = (
                 f"name = {quote(name)} and {quote(parent)} in parents and "
                 f"mimeType = '{FOLDER_MIME}' and trashed = false"
@@ -89,26 +152,274 @@ class RunFolder:
             make = functools.partial(
                 self.api.create_folder, name, parent, timeout=timeout
             )
-            found = self._settle(query, timeout, create, make)
+            found = self._settle(query, timeout, create, make, self._first)
             if found is None:
-                return None
-            parent = found
-        query = f"name = '{INDEX_NAME}' and {quote(parent)} in parents"
-        make = functools.partial(self._new_index, parent, timeout)
-        index = self._settle(f"{query} and trashed = false", timeout, create, make)
-        if index is None:
-            return None
+                return False
+            parent = found["id"]
+        if not self.segments:  # gdrive://id:FOLDER: that folder is the run's
+            chosen = self.api.get(parent, "id,appProperties", timeout=timeout)
+        else:
+            query = (
+                f"name = {quote(last)} and {quote(parent)} in parents and "
+                f"mimeType = '{FOLDER_MIME}' and trashed = false"
+            )
+            make = functools.partial(
+                self.api.create_folder, last, parent, run=True, timeout=timeout
+            )
+            found = self._settle(query, timeout, create, make, self._choose)
+            if found is None:
+                return False
+            chosen = found
         with self._lock:
-            self.folder_id, self.index_id = parent, index
-        return parent
+            self.folder_id = str(chosen["id"])
+            self.run_id = proof.run_of(chosen)
+        return True
 
-    def _new_index(self, folder: str, timeout: float | None) -> str:
-        metadata = {
+    def _find_index(self, create: bool, timeout: float | None) -> bool:
+        """Find, check and (for a writer) repair the index. False: no run here."""
+        folder = self.folder_id
+        assert folder is not None
+        if self.run_id is None and create:
+            self._adopt(timeout)  # a legacy folder: stamp it first
+        query = f"name = '{INDEX_NAME}' and {quote(folder)} in parents"
+        found = [
+            raw
+            for raw in self.api.children(
+                f"{query} and trashed = false", proof.FIELDS, timeout=timeout
+            )
+            if proof.why_not_ours(raw, folder, self.run_id, INDEX_NAME) is None
+        ]
+        index = _oldest(found)
+        if index is not None:
+            try:
+                entries = self._read_index(str(index["id"]), timeout)
+            except DamagedIndexError as exc:
+                self.damage = str(exc)
+                if not create:
+                    return self._use_proof(timeout)
+                self._rebuild_in_place(str(index["id"]), timeout)
+                return True
+            with self._lock:
+                self.index_id, self._entries = str(index["id"]), entries
+                self._from_proof = False
+            return True
+        run_files = self._proven_files(timeout)
+        if run_files:
+            self.damage = (
+                f"the run's index ({INDEX_NAME}) is missing: trashed or deleted"
+            )
+        elif not create:
+            return False
+        if not create:
+            return self._use_proof(timeout)
+        entries = _claimed(run_files)
+        if entries:
+            log.warning(
+                "storage: %s: %s; rebuilt it from the proof of %d file(s)",
+                self.url,
+                self.damage,
+                len(entries),
+            )
+        make = functools.partial(self._new_index, folder, entries, timeout)
+        made = self._settle(
+            f"{query} and trashed = false", timeout, True, make, self._first_index
+        )
+        assert made is not None
+        index_id = str(made["id"])
+        with self._lock:
+            self.index_id, self._from_proof = index_id, False
+        self._read_index(index_id, timeout)
+        return True
+
+    def _use_proof(self, timeout: float | None) -> bool:
+        """A reader's view when the index cannot be used: the files' proof."""
+        if self.run_id is None:
+            raise DamagedIndexError(
+                f"{self.url}: {self.damage}, and the run was made before files "
+                f"carried proof of their run, so the index cannot be rebuilt. "
+                f"Restore the index from the Drive trash (or an older version "
+                f"of it), or start a new run_dir."
+            )
+        entries = _claimed(self._proven_files(timeout))
+        with self._lock:
+            self._entries, self._from_proof = entries, True
+        return True
+
+    def _rebuild_in_place(self, index_id: str, timeout: float | None) -> None:
+        """Replace a damaged index with what the files prove (If-Match)."""
+        if self.run_id is None:
+            self._use_proof(timeout)  # raises: a legacy index cannot be rebuilt
+        for _ in range(_MAX_INDEX_RACES):
+            etag = self.api.etag(index_id, timeout=timeout)
+            try:
+                self._read_index(index_id, timeout)
+            except DamagedIndexError:
+                entries = _claimed(self._proven_files(timeout))
+                if self.api.replace_if_match(
+                    index_id, _encode(entries), etag, timeout=timeout
+                ):
+                    log.warning(
+                        "storage: %s: %s; rebuilt it from the proof of %d file(s)",
+                        self.url,
+                        self.damage,
+                        len(entries),
+                    )
+                    self._read_index(index_id, timeout)
+                    break
+                continue
+            break  # someone else repaired it meanwhile
+        with self._lock:
+            self.index_id, self._from_proof = index_id, False
+
+    def check_index(self, timeout: float | None) -> None:
+        """Notice an index trashed or deleted under a live writer, and repair it.
+
+        The writer then uses the index every other session finds (rebuilt
+        from the files' proof, its own claims merged in), so the lease
+        records in it fence as they would have.
+        """
+        index_id = self.index_id
+        if index_id is None:
+            return
+        try:
+            raw = self.api.get(index_id, "trashed,parents", timeout=timeout)
+            lost = bool(raw.get("trashed")) or self.folder_id not in (
+                raw.get("parents") or []
+            )
+        except FileNotFoundError:
+            lost = True
+        if not lost:
+            return
+        with self._lock:
+            known = dict(self._entries)
+            self.index_id = None
+        log.warning(
+            "storage: %s: the run's index was trashed or deleted while this "
+            "session wrote; using the index rebuilt from the files' proof",
+            self.url,
+        )
+        self.resolve(create=True, timeout=timeout)
+        self._merge(known, timeout)
+
+    def _merge(self, known: dict[str, str], timeout: float | None) -> None:
+        """Claim into the current index this session's entries it lacks."""
+        assert self.folder_id is not None
+        current = self.read(timeout)
+        missing = {}
+        for rel, file_id in known.items():
+            if rel in current:
+                continue
+            try:
+                raw = self.api.get(file_id, proof.FIELDS, timeout=timeout)
+            except FileNotFoundError:
+                continue
+            if proof.why_not_ours(raw, self.folder_id, self.run_id, rel) is None:
+                missing[rel] = file_id
+        if not missing:
+            return
+
+        def add(entries: dict[str, str]) -> dict[str, str] | None:
+            new = {rel: fid for rel, fid in missing.items() if rel not in entries}
+            return {**entries, **new} if new else None
+
+        self.update(add, timeout)
+
+    def _adopt(self, timeout: float | None) -> None:
+        """Stamp a legacy folder (made before provenance) and the files it names.
+
+        Only files its index names that lie in it under their path's name are
+        stamped; their stamps (``modifiedTime``) are kept, which the commit
+        rule reads. The folder's run id is set last: a session killed midway
+        leaves a legacy folder, and the next one finishes the job.
+        """
+        folder = self.folder_id
+        assert folder is not None
+        query = f"name = '{INDEX_NAME}' and {quote(folder)} in parents"
+        index = _oldest(
+            self.api.children(
+                f"{query} and trashed = false", proof.FIELDS, timeout=timeout
+            )
+        )
+        if index is None:
+            files = self.api.children(
+                f"{quote(folder)} in parents and trashed = false",
+                "id,name",
+                timeout=timeout,
+            )
+            if any(raw.get("name") in _RUN_NAMES for raw in files):
+                raise self._copied(folder)
+            run_id = self.api.generate_id(timeout=timeout)
+            self.api.set_properties(folder, {proof.RUN_KEY: run_id}, timeout=timeout)
+            self.run_id = run_id
+            return
+        entries = self._read_index(str(index["id"]), timeout)
+        files = {
+            raw["id"]: raw
+            for raw in self.api.children(
+                f"{quote(folder)} in parents and trashed = false",
+                proof.FIELDS,
+                timeout=timeout,
+            )
+        }
+        mine = {
+            rel: files[fid]
+            for rel, fid in entries.items()
+            if fid in files and proof.why_not_ours(files[fid], folder, None, rel) is None
+        }
+        if entries and not mine:
+            raise self._copied(folder)
+        run_id = self.api.generate_id(timeout=timeout)
+        for rel, raw in [(INDEX_NAME, index), *mine.items()]:
+            self.api.set_properties(
+                str(raw["id"]),
+                proof.stamp(run_id, rel),
+                keep_modified=str(raw["modifiedTime"]),
+                timeout=timeout,
+            )
+        self.api.set_properties(folder, {proof.RUN_KEY: run_id}, timeout=timeout)
+        self.run_id = run_id
+        log.info("storage: %s: stamped %d files with the run's proof", self.url, len(mine))
+
+    def _copied(self, folder: str) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"{self.url} (Drive folder {folder}) holds a colab_resume run's "
+            f"files that carry no proof this run wrote them: it is a copy "
+            f"made by another program (the web UI, a sync client, `cp` on the "
+            f"mount). A copy cannot be resumed in place, since nothing in it "
+            f"can be told from a file dropped in. Resume the original folder "
+            f"(gdrive://id:ORIGINAL_FOLDER_ID), or start a new run_dir."
+        )
+
+    def _proven_files(self, timeout: float | None) -> list[dict[str, Any]]:
+        """Every file of the run folder that proves it is the run's (any path)."""
+        folder = self.folder_id
+        assert folder is not None
+        files = self.api.children(
+            f"{quote(folder)} in parents and trashed = false",
+            proof.FIELDS,
+            timeout=timeout,
+        )
+        if self.run_id is None:
+            return []  # a legacy folder's files prove nothing
+        return [
+            raw
+            for raw in files
+            if proof.why_not_ours(raw, folder, self.run_id) is None
+            and proof.path_of(raw) != INDEX_NAME
+        ]
+
+    def _new_index(
+        self, folder: str, entries: dict[str, str], timeout: float | None
+    ) -> str:
+        metadata: dict[str, Any] = {
             "name": INDEX_NAME,
             "parents": [folder],
             "mimeType": "application/json",
         }
-        return str(self.api.create(metadata, _encode({}), None, timeout=timeout)["id"])
+        if self.run_id is not None:
+            metadata["appProperties"] = proof.stamp(self.run_id, INDEX_NAME)
+        reply = self.api.create(metadata, _encode(entries), None, timeout=timeout)
+        return str(reply["id"])
 
     def _settle(
         self,
@@ -116,22 +427,109 @@ class RunFolder:
         timeout: float | None,
         create: bool,
         make: Callable[[], str],
-    ) -> str | None:
-        """The id of the oldest file matching ``query``, made if there is none."""
-        fields = "id,createdTime"
-        chosen = _winner(self.api.children(query, fields, timeout=timeout))
+        choose: Callable[[list[dict[str, Any]], float | None], dict[str, Any] | None],
+    ) -> dict[str, Any] | None:
+        """The chosen file matching ``query``, made if there is none.
+
+        Of two creators racing, both list again after making theirs and
+        choose alike; the one whose copy lost deletes it while it is still
+        as made.
+        """
+        fields = proof.FIELDS
+        chosen = choose(self.api.children(query, fields, timeout=timeout), timeout)
         if chosen is not None:
-            return str(chosen["id"])
+            return chosen
         if not create:
             return None
         mine = make()
-        chosen = _winner(self.api.children(query, fields, timeout=timeout))
-        winner = str(chosen["id"]) if chosen is not None else mine
-        if winner != mine:
+        chosen = choose(self.api.children(query, fields, timeout=timeout), timeout)
+        if chosen is None:
+            raise CorruptRecordError(
+                f"{self.url}: what this session just made in Drive is not listed"
+            )
+        if chosen["id"] != mine:
             log.info("storage: another session created %s first; using it", self.url)
             if self._unused(mine, timeout):
                 self.api.delete(mine, timeout=timeout)
-        return winner
+        return chosen
+
+    @staticmethod
+    def _first(
+        found: list[dict[str, Any]], timeout: float | None
+    ) -> dict[str, Any] | None:
+        return _oldest(found)
+
+    def _first_index(
+        self, found: list[dict[str, Any]], timeout: float | None
+    ) -> dict[str, Any] | None:
+        assert self.folder_id is not None
+        return _oldest(
+            [
+                raw
+                for raw in found
+                if proof.why_not_ours(raw, self.folder_id, self.run_id, INDEX_NAME)
+                is None
+            ]
+        )
+
+    def _choose(
+        self, found: list[dict[str, Any]], timeout: float | None
+    ) -> dict[str, Any] | None:
+        """The run folder among same-named folders: see the module docstring."""
+        if len(found) <= 1:
+            return found[0] if found else None
+        candidates = [self._describe(raw, timeout) for raw in found]
+        active = [c for c in candidates if c.activity is not None]
+        if not active:  # new folders of a creation race: the oldest
+            return _oldest(found)
+        active.sort(key=lambda c: c.activity or 0.0, reverse=True)
+        if len(active) > 1 and active[0].activity == active[1].activity:
+            listing = "; ".join(f"{c.id}: {c.what}" for c in candidates)
+            raise AmbiguousRunFolderError(
+                f"{len(found)} Drive folders match {self.url} and none can be "
+                f"told to be the run ({listing}). Name the one to use by id: "
+                f"run_dir='gdrive://id:FOLDER_ID', or move the others away."
+            )
+        chosen = active[0]
+        others = "; ".join(f"{c.id}: {c.what}" for c in candidates if c is not chosen)
+        log.warning(
+            "storage: %d Drive folders match %s; using %s (%s), the newest "
+            "activity. The others: %s. To use another, pass "
+            "run_dir='gdrive://id:FOLDER_ID'.",
+            len(found),
+            self.url,
+            chosen.id,
+            chosen.what,
+            others,
+        )
+        return chosen.raw
+
+    def _describe(self, raw: dict[str, Any], timeout: float | None) -> _Candidate:
+        folder = str(raw["id"])
+        run_id = proof.run_of(raw)
+        files = self.api.children(
+            f"{quote(folder)} in parents and trashed = false",
+            proof.FIELDS,
+            timeout=timeout,
+        )
+        if run_id is not None:
+            mine = [f for f in files if proof.why_not_ours(f, folder, run_id) is None]
+            what = f"run {run_id}, {len(mine)} file(s) of it"
+        else:  # legacy: the files its index names, in it
+            index = _oldest([f for f in files if f.get("name") == INDEX_NAME])
+            named: set[str] = set()
+            if index is not None:
+                try:
+                    named = set(self._read_index(str(index["id"]), timeout).values())
+                except DamagedIndexError:
+                    pass
+            mine = [f for f in files if f["id"] in named]
+            what = f"made before provenance, {len(mine)} file(s) its index names"
+        activity = max((parse_time(f["modifiedTime"]) for f in mine), default=None)
+        if activity is not None:
+            stamp = datetime.datetime.fromtimestamp(activity, datetime.timezone.utc)
+            what += f", last written {stamp:%Y-%m-%d %H:%M:%S} UTC"
+        return _Candidate(raw, activity, what)
 
     def _unused(self, file_id: str, timeout: float | None) -> bool:
         """Whether a losing copy is still as made: no children, an empty index.
@@ -142,31 +540,47 @@ class RunFolder:
         query = f"{quote(file_id)} in parents and trashed = false"
         if self.api.children(query, "id", timeout=timeout):
             return False
-        if self.api.get(file_id, "mimeType", timeout=timeout).get("mimeType") == (
-            FOLDER_MIME
-        ):
+        raw = self.api.get(file_id, "mimeType,modifiedTime,createdTime", timeout=timeout)
+        if raw.get("mimeType") == FOLDER_MIME:
             return True
-        with self.api.download(file_id, timeout=timeout) as response:
-            content = response.content if response.status_code != 416 else b""
-        try:
-            return not _decode(content)
-        except ValueError:
-            return False  # not an index we wrote: leave it
+        return not touched(raw)  # an index nobody updated since it was made
 
-    def read(self, timeout: float | None) -> dict[str, str]:
-        assert self.index_id is not None
-        with self.api.download(self.index_id, timeout=timeout) as response:
-            entries = _decode(response.content)
+    # --- reading and changing the index --------------------------------------
+
+    def _read_index(self, index_id: str, timeout: float | None) -> dict[str, str]:
+        with self.api.download(
+            index_id, timeout=timeout, first_bytes=MAX_INDEX_BYTES + 1
+        ) as response:
+            data = b"" if response.status_code == 416 else response.content
+        entries = _decode(data, f"{self.url}/{INDEX_NAME}")
         with self._lock:
             self._entries = dict(entries)
         return entries
 
+    def read(self, timeout: float | None) -> dict[str, str]:
+        """The entries now: the index's, or the files' proof where it is damaged."""
+        if self.index_id is None and not self._from_proof:
+            if self.resolve(create=False, timeout=timeout) is None:
+                return {}
+        if self.index_id is None:
+            self._use_proof(timeout)
+            with self._lock:
+                return dict(self._entries)
+        return self._read_index(self.index_id, timeout)
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the entries come from a readable index (deletions may rest on it)."""
+        return self.index_id is not None and not self._from_proof
+
     def update(self, change: Any, timeout: float | None) -> dict[str, str]:
         """Apply ``change(entries) -> entries or None`` under If-Match; the result."""
+        if self.index_id is None:
+            self.resolve(create=True, timeout=timeout)
         assert self.index_id is not None
         for _ in range(_MAX_INDEX_RACES):
             etag = self.api.etag(self.index_id, timeout=timeout)
-            entries = self.read(timeout)
+            entries = self._read_index(self.index_id, timeout)
             changed = change(dict(entries))
             if changed is None:
                 return entries
@@ -176,7 +590,7 @@ class RunFolder:
                 with self._lock:
                     self._entries = dict(changed)
                 return dict(changed)
-            time.sleep(random.uniform(0.0, 0.05))  # lost a race: let it land
+            time.sleep(jitter(0.0, 0.05))  # lost a race: let it land
         raise DriveHttpError(503, "indexContended", "the run index kept changing")
 
     def lookup(
@@ -192,11 +606,40 @@ class RunFolder:
         return self.read(timeout).get(rel)
 
 
+def _claimed(files: list[dict[str, Any]]) -> dict[str, str]:
+    """The index the proven files make: each claimed file by its path.
+
+    Of two claimed files of one path (two sessions that both lost their
+    index), the oldest, as every reader picks.
+    """
+    by_path: dict[str, list[dict[str, Any]]] = {}
+    for raw in files:
+        rel = proof.path_of(raw)
+        if rel is not None and touched(raw):
+            by_path.setdefault(rel, []).append(raw)
+    return {rel: str(_oldest(found)["id"]) for rel, found in by_path.items()}  # type: ignore[index]
+
+
 def _encode(entries: dict[str, str]) -> bytes:
-    return json.dumps({"format": 1, "files": entries}, sort_keys=True).encode()
+    return json.dumps({"format": INDEX_FORMAT, "files": entries}, sort_keys=True).encode()
 
 
-def _decode(data: bytes) -> dict[str, str]:
-    value = json.loads(data.decode("utf-8")) if data else {}
-    files = value.get("files", {}) if isinstance(value, dict) else {}
-    return {str(rel): str(file_id) for rel, file_id in files.items()}
+def _decode(data: bytes, where: str) -> dict[str, str]:
+    """The entries of an index; DamagedIndexError naming what is wrong."""
+    if len(data) > MAX_INDEX_BYTES:
+        raise DamagedIndexError(f"{where} is larger than {MAX_INDEX_BYTES} bytes")
+    if not data:
+        return {}
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError included
+        raise DamagedIndexError(f"{where} is not JSON") from None
+    if not isinstance(value, dict) or value.get("format") not in (1, INDEX_FORMAT):
+        raise DamagedIndexError(f"{where} is not a colab_resume index")
+    files = value.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(rel, str) and isinstance(fid, str) and rel and fid
+        for rel, fid in files.items()
+    ):
+        raise DamagedIndexError(f"{where} does not map paths to file ids")
+    return dict(files)
