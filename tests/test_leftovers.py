@@ -22,7 +22,7 @@ from colab_resume.checkpoint import CheckpointManager
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.protocol.rundir import CHECKPOINT_DIR, CheckpointName
-from colab_resume.storage import Storage
+from colab_resume.storage import Storage, drive_proof
 from colab_resume.storage.drive import DriveStore
 
 DEAD = CheckpointName(step=3, lease=1)  # killed during its first file
@@ -129,7 +129,14 @@ def test_prune_from_the_cli_removes_a_dead_sessions_leftovers_and_spares_the_hol
     store = storage.store
     assert isinstance(store, DriveStore)
     folder = store._run_folder(create=False, timeout=10)
-    metadata = {"name": f"{in_flight.path}/ckpt.data", "parents": [folder]}
+    rel = f"{in_flight.path}/ckpt.data"
+    assert store.folder.run_id is not None
+    # What the live holder's own upload carries: the run's proof.
+    metadata = {
+        "name": rel,
+        "parents": [folder],
+        "appProperties": drive_proof.stamp(store.folder.run_id, rel),
+    }
     store.api.create(metadata, b"uploading", None, timeout=10)
     try:
         flags = ["--endpoint-url", drive_options["endpoint_url"]]

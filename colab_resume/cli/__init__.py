@@ -5,6 +5,7 @@ colab-resume watch RUN_DIR [--interval S] [--on-dead CMD] [--on-done CMD]
 colab-resume ls RUN_DIR [--json]
 colab-resume prune RUN_DIR --keep N
 colab-resume report RUN_DIR -o report.png
+colab-resume repair RUN_DIR
 colab-resume demo
 """
 
@@ -116,6 +117,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_repair(args: argparse.Namespace) -> int:
+    from colab_resume.cli.watch import printable
+
+    storage = _open(args)
+    try:
+        print(printable(storage.repair()))
+    except FileNotFoundError as exc:
+        raise SystemExit(f"colab-resume repair: {exc}") from None
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.processes == 2:
         from colab_resume.demo_multihost import main as multihost_main
@@ -217,6 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", default="report.png", help="PNG file to write"
     )
     report.set_defaults(func=cmd_report)
+
+    repair = with_run_dir(
+        "repair",
+        "Rebuild a Drive run directory's index from its files' proof "
+        "(after it was trashed, deleted or damaged).",
+    )
+    repair.set_defaults(func=cmd_repair)
 
     demo = sub.add_parser("demo", help="Train, die silently, detect it, resume.")
     demo.add_argument(

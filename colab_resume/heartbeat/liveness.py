@@ -303,6 +303,11 @@ def read_status(
     done = storage.exists(rundir.DONE_RECORD)
     holder = read_holder(storage, listing.leases)
     problems = list(holder.problems)
+    damage = storage.damage()
+    if damage:  # read from the files' proof meanwhile
+        problems.append(
+            f"{damage} (fix: `colab-resume repair {storage.url}`, or resume the run)"
+        )
     now = storage.server_time()
     age, problem = sign_age(holder, now)
     problems += [problem] if problem else []

@@ -282,6 +282,20 @@ class Store(abc.ABC):
         """
         return None
 
+    # --- the store's own bookkeeping -----------------------------------------
+
+    def damage(self) -> str | None:
+        """What was found wrong with the store's own bookkeeping, or None.
+
+        Only a store that keeps one (Drive's index) can say anything here;
+        its objects are still read (from what the files prove).
+        """
+        return None
+
+    def repair(self, *, timeout: float | None = None) -> str:
+        """Rebuild the store's own bookkeeping; what was done, in words."""
+        return f"{self.url} keeps no index of its own: nothing to repair"
+
     # --- faults ------------------------------------------------------------
 
     def refresh_credentials(self) -> None:

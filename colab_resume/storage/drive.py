@@ -69,6 +69,7 @@ import builtins
 import logging
 import os
 import threading
+from collections.abc import Collection
 from typing import Any
 
 from colab_resume import defaults
@@ -82,6 +83,7 @@ from colab_resume.errors import (
 )
 from colab_resume.redact import redact
 from colab_resume.storage import auth
+from colab_resume.storage import drive_proof as proof
 from colab_resume.storage.backend import ObjectInfo, Store
 from colab_resume.storage.checksum import StreamingCrc32c
 from colab_resume.storage.drive_api import (
@@ -91,19 +93,17 @@ from colab_resume.storage.drive_api import (
     DriveHttpError,
     UploadChecksumError,
 )
-from colab_resume.storage.drive_folder import RunFolder, parse_time, quote
+from colab_resume.storage.drive_folder import (
+    DamagedIndexError,
+    RunFolder,
+    parse_time,
+    quote,
+    touched,
+)
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
-
-
-_STAMPS = "id,size,createdTime,modifiedTime"
-
-
-def _touched(raw: dict[str, Any]) -> bool:
-    """Whether the file was stamped after its upload (touched, or overwritten)."""
-    return parse_time(raw["modifiedTime"]) > parse_time(raw["createdTime"])
 
 
 def _object_info(rel: str, raw: dict[str, Any], claims_by: float | None) -> ObjectInfo:
@@ -113,7 +113,7 @@ def _object_info(rel: str, raw: dict[str, Any], claims_by: float | None) -> Obje
     read in that one request) the index's own stamp bounds the claim instead.
     """
     created = parse_time(raw["createdTime"])
-    if _touched(raw) or claims_by is None:
+    if touched(raw) or claims_by is None:
         updated = parse_time(raw["modifiedTime"])
     else:
         updated = max(claims_by, created)
@@ -163,6 +163,7 @@ class DriveStore(Store):
         self._lock = threading.Lock()
         self._write_ids: dict[str, str] = {}  # write_id -> the id its file gets
         self._unnamed: dict[str, str] = {}  # path -> id dropped from the index
+        self._proven: dict[str, str] = {}  # file id -> the path it proved to be
 
     @classmethod
     def validate_url(cls, url: str, root: str) -> None:
@@ -190,21 +191,62 @@ class DriveStore(Store):
     ) -> str | None:
         return self.folder.lookup(rel, timeout, fresh=fresh)
 
+    def _verified(
+        self, rel: str, file_id: str, timeout: float | None, raw: Any = None
+    ) -> bool:
+        """Whether ``file_id`` is the run's file of ``rel`` (drive_proof).
+
+        Whatever the index says: an id it names that fails the test is
+        never read, overwritten or deleted. A file of the run found in the
+        trash is taken back out of it (a person's slip, not the run's
+        intent). FileNotFoundError if the file is gone.
+        """
+        with self._lock:
+            if self._proven.get(file_id) == rel:
+                return True
+        if raw is None:
+            raw = self.api.get(file_id, proof.FIELDS, timeout=timeout)
+        folder = self.folder.folder_id
+        assert folder is not None
+        why = proof.why_not_ours(raw, folder, self.folder.run_id, rel, trash_ok=True)
+        if why is not None:
+            log.warning(
+                "storage: %s: the run's index names Drive file %s, which is "
+                "not the run's (%s); it is left alone",
+                self.path(rel),
+                file_id,
+                why,
+            )
+            return False
+        if raw.get("trashed"):
+            log.warning(
+                "storage: %s was in the Drive trash; restored it", self.path(rel)
+            )
+            self.api.untrash(
+                file_id, keep_modified=str(raw["modifiedTime"]), timeout=timeout
+            )
+        with self._lock:
+            self._proven[file_id] = rel
+        return True
+
     def _by_id(self, rel: str, timeout: float | None, use: Any) -> Any:
-        """``use(file_id)`` for the file of ``rel``; FileNotFoundError if none.
+        """``use(file_id)`` for the run's file of ``rel``; FileNotFoundError if none.
 
         The cached id is tried first; if its file is gone (deleted and
         maybe made again by another session) the index is read again once.
         """
+        missing = f"{self.path(rel)}: no such object"
         file_id = self._lookup(rel, timeout)
-        if file_id is None:
-            raise FileNotFoundError(f"{self.path(rel)}: no such object")
         try:
+            if file_id is None or not self._verified(rel, file_id, timeout):
+                raise FileNotFoundError(missing)
             return use(file_id)
         except FileNotFoundError:
             fresh = self._lookup(rel, timeout, fresh=True)
             if fresh is None or fresh == file_id:
-                raise FileNotFoundError(f"{self.path(rel)}: no such object") from None
+                raise FileNotFoundError(missing) from None
+            if not self._verified(rel, fresh, timeout):
+                raise FileNotFoundError(missing) from None
             return use(fresh)
 
     # --- the primitives ----------------------------------------------------
@@ -259,12 +301,12 @@ class DriveStore(Store):
 
     def info(self, rel: str, *, timeout: float | None = None) -> ObjectInfo:
         raw = self._by_id(
-            rel, timeout, lambda fid: self.api.get(fid, _STAMPS, timeout=timeout)
+            rel, timeout, lambda fid: self.api.get(fid, proof.FIELDS, timeout=timeout)
         )
         claims_by = None
-        if not _touched(raw):  # rare: between its claim and its touch
-            assert self.folder.index_id is not None
-            index = self.api.get(self.folder.index_id, "modifiedTime", timeout=timeout)
+        index_id = self.folder.index_id
+        if not touched(raw) and index_id is not None:  # between claim and touch
+            index = self.api.get(index_id, "modifiedTime", timeout=timeout)
             claims_by = parse_time(index["modifiedTime"])
         return _object_info(rel, raw, claims_by)
 
@@ -281,10 +323,9 @@ class DriveStore(Store):
         }
         if not wanted:
             return []
+        # Trashed files too: one of the run's found there is restored.
         files = self.api.children(
-            f"{quote(folder)} in parents and trashed = false",
-            _STAMPS,
-            timeout=timeout,
+            f"{quote(folder)} in parents", proof.FIELDS, timeout=timeout
         )
         # The index is listed with the files, after it was read: its stamp
         # is no earlier than any claim in the entries read.
@@ -294,6 +335,7 @@ class DriveStore(Store):
             _object_info(wanted[raw["id"]], raw, claims_by)
             for raw in files
             if raw["id"] in wanted
+            and self._verified(wanted[raw["id"]], raw["id"], timeout, raw)
         ]
 
     def write(
@@ -341,21 +383,28 @@ class DriveStore(Store):
     ) -> None:
         folder = self._run_folder(create=True, timeout=timeout)
         assert folder is not None
+        # Ids the index names for rel that are not (or no longer) the run's
+        # file of it: the path is free, and the claim replaces them.
+        vacant: set[str] = set()
         if not create_only:
             file_id = self._lookup(rel, timeout)
             if file_id is not None:
                 try:
-                    self.api.replace(file_id, data, local_path, timeout=timeout)
-                    return
+                    if self._verified(rel, file_id, timeout):
+                        self.api.replace(file_id, data, local_path, timeout=timeout)
+                        self.folder.check_index(timeout)
+                        return
                 except FileNotFoundError:  # deleted meanwhile: make it anew
                     self.folder.forget(rel)
-        elif self._lookup(rel, timeout, fresh=True) not in (
-            None,
-            self._write_ids.get(write_id),
-        ):
-            raise FileExistsError(f"{self.path(rel)} exists")  # no upload to lose
+                vacant.add(file_id)
+        else:
+            named = self._lookup(rel, timeout, fresh=True)
+            if named not in (None, self._write_ids.get(write_id)):
+                if self._named_file_stands(rel, str(named), timeout):
+                    raise FileExistsError(f"{self.path(rel)} exists")  # no upload lost
+                vacant.add(str(named))
         try:
-            self._create(rel, data, local_path, folder, write_id, timeout)
+            self._create(rel, data, local_path, folder, write_id, timeout, vacant)
         except FileExistsError:
             if create_only:
                 raise
@@ -365,6 +414,13 @@ class DriveStore(Store):
                 lambda fid: self.api.replace(fid, data, local_path, timeout=timeout),
             )
 
+    def _named_file_stands(self, rel: str, file_id: str, timeout: float | None) -> bool:
+        """Whether the index's file of ``rel`` is the run's and still there."""
+        try:
+            return self._verified(rel, file_id, timeout)
+        except FileNotFoundError:
+            return False
+
     def _create(
         self,
         rel: str,
@@ -373,8 +429,14 @@ class DriveStore(Store):
         folder: str,
         write_id: str,
         timeout: float | None,
+        vacant: Collection[str] = (),
     ) -> None:
-        """Upload a new file, then claim ``rel`` for it in the index (the commit)."""
+        """Upload a new file, then claim ``rel`` for it in the index (the commit).
+
+        Args:
+            vacant: ids the index may name for ``rel`` that do not hold it
+                (files gone, or not the run's): the claim replaces them.
+        """
         with self._lock:
             file_id = self._write_ids.get(write_id) if write_id else None
         if file_id is None:
@@ -382,7 +444,10 @@ class DriveStore(Store):
             if write_id:
                 with self._lock:
                     self._write_ids[write_id] = file_id
-        metadata = {"id": file_id, "name": rel, "parents": [folder]}
+        metadata: dict[str, Any] = {"id": file_id, "name": rel, "parents": [folder]}
+        if self.folder.run_id is not None:
+            # The proof is set with the bytes, before the file is named anywhere.
+            metadata["appProperties"] = proof.stamp(self.folder.run_id, rel)
         try:
             self.api.create(metadata, data, local_path, timeout=timeout)
         except UploadChecksumError:
@@ -395,7 +460,7 @@ class DriveStore(Store):
             # Its bytes were never checked: check them now.
             theirs = self.api.get(file_id, "md5Checksum", timeout=timeout).get(
                 "md5Checksum"
-            )
+            )  # (a file of our generated id: nobody else's)
             if theirs != _md5_of(data, local_path):
                 self._forget(write_id, file_id, timeout)
                 raise UploadChecksumError(
@@ -403,7 +468,7 @@ class DriveStore(Store):
                 ) from None
 
         def claim(entries: dict[str, str]) -> dict[str, str] | None:
-            if rel in entries:
+            if rel in entries and entries[rel] not in vacant:
                 return None
             entries[rel] = file_id
             return entries
@@ -418,6 +483,8 @@ class DriveStore(Store):
         # modifiedTime now falls after the claim and before this call
         # returns, as a GCS object's creation time does.
         self.api.touch(file_id, timeout=timeout)
+        with self._lock:
+            self._proven[file_id] = rel
 
     def _forget(self, write_id: str, file_id: str, timeout: float | None) -> None:
         """Drop a damaged upload: the retry sends the bytes as a new file."""
@@ -455,6 +522,10 @@ class DriveStore(Store):
     def delete(self, rel: str, *, timeout: float | None = None) -> None:
         file_id = self._lookup(rel, timeout, fresh=True)
         if file_id is not None:
+            try:
+                ours = self._verified(rel, file_id, timeout)
+            except FileNotFoundError:
+                ours = False  # gone already: only the name goes
 
             def drop(entries: dict[str, str]) -> dict[str, str] | None:
                 if entries.get(rel) != file_id:
@@ -465,8 +536,9 @@ class DriveStore(Store):
             # The index first: a crash between the two leaves an unnamed
             # file (quota, no confusion; retention's remove_leftovers
             # deletes it), never a name whose file is gone.
-            with self._lock:
-                self._unnamed[rel] = file_id
+            if ours:
+                with self._lock:
+                    self._unnamed[rel] = file_id
             self.folder.update(drop, timeout)
         # A retry after a lost answer finds the name gone from the index:
         # the id kept from the first attempt still deletes the file.
@@ -480,7 +552,9 @@ class DriveStore(Store):
     def leftovers(
         self, prefix: str, *, timeout: float | None = None
     ) -> builtins.list[str]:
-        return sorted({raw["name"] for raw in self._unnamed_files(prefix, timeout)})
+        return sorted(
+            {str(proof.path_of(raw)) for raw in self._unnamed_files(prefix, timeout)}
+        )
 
     def remove_leftovers(self, rel: str, *, timeout: float | None = None) -> None:
         for raw in self._unnamed_files(rel, timeout):
@@ -489,33 +563,56 @@ class DriveStore(Store):
     def _unnamed_files(
         self, prefix: str, timeout: float | None
     ) -> builtins.list[dict[str, Any]]:
-        """Files in the run folder named below ``prefix`` that the index does
-        not name: uploads killed before their claim, or deletes killed between
-        the index and the file. They count against the owner's quota.
+        """The run's files below ``prefix`` that the index does not name:
+        uploads killed before their claim, or deletes killed between the
+        index and the file. They count against the owner's quota.
+
+        Only files that prove they are the run's (drive_proof), by the path
+        their proof names: a file dropped in, whatever its name, is never
+        one. Nothing is deleted on an index that could not be read.
         """
         folder = self._run_folder(create=False, timeout=timeout)
-        if folder is None:
-            return []
+        if folder is None or self.folder.run_id is None:
+            return []  # a legacy folder's strays prove nothing: left alone
         # The files first, then the index: a file claimed before the index
         # is read is in it, so a claim landing meanwhile is never taken for
         # a leftover.
         files = self.api.children(
             f"{quote(folder)} in parents and trashed = false",
-            "id,name",
+            proof.FIELDS,
             timeout=timeout,
         )
         named = set(self.folder.read(timeout).values()) | {self.folder.index_id}
+        if not self.folder.trusted:
+            raise DamagedIndexError(
+                f"{self.url}: {self.folder.damage}; no leftover is deleted "
+                f"until the index is rebuilt (`colab-resume repair {self.url}`, "
+                f"or any session that resumes the run)"
+            )
         stem = prefix.strip("/") + "/"
         return [
             raw
             for raw in files
-            if raw["id"] not in named and str(raw.get("name", "")).startswith(stem)
+            if raw["id"] not in named
+            and proof.why_not_ours(raw, folder, self.folder.run_id) is None
+            and str(proof.path_of(raw)).startswith(stem)
         ]
+
+    # --- the index's health -------------------------------------------------
+
+    def damage(self) -> str | None:
+        return self.folder.damage
+
+    def repair(self, *, timeout: float | None = None) -> str:
+        if self._run_folder(create=False, timeout=timeout) is None:
+            raise FileNotFoundError(f"{self.url}: no run here to repair")
+        return self.folder.repair(timeout)
 
     # --- faults ------------------------------------------------------------
 
     def refresh_credentials(self) -> None:
         """Refresh the credentials after a 401, unless they cannot renew."""
+        import google.auth.exceptions
         import google.auth.transport.requests
         import google.oauth2.credentials
 
@@ -523,9 +620,25 @@ class DriveStore(Store):
         if isinstance(credentials, google.oauth2.credentials.Credentials) and not (
             credentials.refresh_token
         ):
-            return  # a bare access token: nothing to renew it with
+            raise NoCredentialsError(
+                f"Google Drive refused the access token for {self.url}: it has "
+                f"expired (access tokens last about an hour), and a bare token "
+                f"cannot be renewed. Authenticate again (`cr.authenticate()` in "
+                f"Colab) or pass a fresh token, a key file, or credentials "
+                f"with a refresh token."
+            )
         try:
             credentials.refresh(google.auth.transport.requests.Request())
+        except google.auth.exceptions.RefreshError as exc:
+            if getattr(exc, "retryable", False):
+                log.warning("storage: refreshing credentials failed; retrying")
+                return
+            raise NoCredentialsError(
+                f"Google Drive refused the credentials for {self.url} and they "
+                f"could not be renewed (their grant was revoked or expired). "
+                f"Authenticate again (`cr.authenticate()` in Colab) or pass a "
+                f"fresh key file."
+            ) from None
         except Exception as exc:  # the retry will report the real fault
             # Type only: a refresh error's text may quote token material.
             log.warning(

@@ -67,6 +67,10 @@ class UploadChecksumError(OSError):
 
     transient = True  # sending again may succeed; the budget bounds it
 
+    def __init__(self, message: str, file_id: str | None = None) -> None:
+        super().__init__(message)
+        self.file_id = file_id  # the damaged file, where Drive named it
+
 
 def error_for(response: requests.Response) -> OSError:
     """The exception for an error response: 404 is FileNotFoundError."""
@@ -184,15 +188,66 @@ class DriveApi:
                 return found
             params["pageToken"] = token
 
-    def create_folder(self, name: str, parent: str, *, timeout: float | None) -> str:
+    def create_folder(
+        self,
+        name: str,
+        parent: str,
+        *,
+        properties: dict[str, str] | None = None,
+        timeout: float | None,
+    ) -> str:
+        body: dict[str, Any] = {
+            "name": name,
+            "mimeType": FOLDER_MIME,
+            "parents": [parent],
+        }
+        if properties:
+            body["appProperties"] = properties
         reply = self.json(
             "POST",
             "/drive/v3/files",
             params={"fields": "id", **ALL_DRIVES},
-            json={"name": name, "mimeType": FOLDER_MIME, "parents": [parent]},
+            json=body,
             timeout=timeout,
         )
         return str(reply["id"])
+
+    def set_properties(
+        self,
+        file_id: str,
+        properties: dict[str, str],
+        *,
+        keep_modified: str | None = None,
+        timeout: float | None,
+    ) -> None:
+        """Add ``appProperties`` to a file (metadata only: no new revision).
+
+        Args:
+            keep_modified: the file's ``modifiedTime`` to keep (Drive would
+                otherwise stamp the change), where stamps mean something.
+        """
+        body: dict[str, Any] = {"appProperties": properties}
+        if keep_modified is not None:
+            body["modifiedTime"] = keep_modified
+        self.call(
+            "PATCH",
+            f"/drive/v3/files/{file_id}",
+            params={"fields": "id", **ALL_DRIVES},
+            json=body,
+            timeout=timeout,
+        )
+
+    def untrash(
+        self, file_id: str, *, keep_modified: str, timeout: float | None
+    ) -> None:
+        """Take a file back out of the Drive trash, its ``modifiedTime`` kept."""
+        self.call(
+            "PATCH",
+            f"/drive/v3/files/{file_id}",
+            params={"fields": "id", **ALL_DRIVES},
+            json={"trashed": False, "modifiedTime": keep_modified},
+            timeout=timeout,
+        )
 
     def touch(self, file_id: str, *, timeout: float | None) -> None:
         """Set modifiedTime to Drive's clock now (v2 ``files.touch``), no revision."""
@@ -247,10 +302,19 @@ class DriveApi:
         *,
         timeout: float | None,
     ) -> dict[str, Any]:
-        """Upload a new file (bytes or a local file); checked by MD5."""
-        return self._upload(
-            "POST", "/upload/drive/v3/files", metadata, data, path, timeout
-        )
+        """Upload a new file (bytes or a local file); checked by MD5.
+
+        A file that arrived damaged is deleted before the error is raised,
+        so nothing a later listing finds can be adopted as the record.
+        """
+        try:
+            return self._upload(
+                "POST", "/upload/drive/v3/files", metadata, data, path, timeout
+            )
+        except UploadChecksumError as exc:
+            if exc.file_id:
+                self.delete(exc.file_id, timeout=timeout)
+            raise
 
     def replace(
         self,
@@ -339,7 +403,8 @@ class DriveApi:
                     headers={"Content-Type": f"multipart/related; boundary={boundary}"},
                     timeout=timeout,
                 )
-        check_md5(reply.get("md5Checksum"), md5, str(reply.get("id")))
+        file_id = reply.get("id")
+        check_md5(reply.get("md5Checksum"), md5, str(file_id) if file_id else None)
         return reply
 
     def _resumable(
@@ -371,14 +436,21 @@ class DriveApi:
         for chunk in file_chunks(path):
             md5.update(chunk)
             last = offset + len(chunk) - 1
-            response = self.call(
-                "PUT",
-                session_url,
-                data=chunk,
-                ok=(200, 201, 308),
-                headers={"Content-Range": f"bytes {offset}-{last}/{size}"},
-                timeout=timeout,
-            )
+            try:
+                response = self.call(
+                    "PUT",
+                    session_url,
+                    data=chunk,
+                    ok=(200, 201, 308),
+                    headers={"Content-Range": f"bytes {offset}-{last}/{size}"},
+                    timeout=timeout,
+                )
+            except FileNotFoundError:
+                # Drive's answer to an expired session ("restart the upload"):
+                # transient, and the retry opens a new session.
+                raise DriveHttpError(
+                    503, "uploadSessionExpired", "the resumable upload session expired"
+                ) from None
             offset = last + 1
             if response.status_code != 308:
                 if offset != size:
@@ -387,10 +459,11 @@ class DriveApi:
         raise DriveHttpError(500, "uploadIncomplete", f"{path} changed while sent")
 
 
-def check_md5(theirs: Any, ours: str, what: str) -> None:
+def check_md5(theirs: Any, ours: str, file_id: str | None) -> None:
     """Raise :class:`UploadChecksumError` unless Drive's MD5 is ours."""
     if theirs != ours:
         raise UploadChecksumError(
-            f"Drive's md5Checksum of file {what} is {theirs}, the bytes sent "
-            f"have {ours}: they did not arrive intact"
+            f"Drive's md5Checksum of file {file_id} is {theirs}, the bytes sent "
+            f"have {ours}: they did not arrive intact",
+            file_id,
         )

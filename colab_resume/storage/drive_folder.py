@@ -164,7 +164,11 @@ class RunFolder:
                 f"mimeType = '{FOLDER_MIME}' and trashed = false"
             )
             make = functools.partial(
-                self.api.create_folder, last, parent, run=True, timeout=timeout
+                self.api.create_folder,
+                last,
+                parent,
+                properties={proof.RUN_KEY: proof.new_run_id()},
+                timeout=timeout,
             )
             found = self._settle(query, timeout, create, make, self._choose)
             if found is None:
@@ -182,15 +186,18 @@ class RunFolder:
         if self.run_id is None and create:
             self._adopt(timeout)  # a legacy folder: stamp it first
         query = f"name = '{INDEX_NAME}' and {quote(folder)} in parents"
+        # The trash too: an index a person trashed is still the run's.
         found = [
             raw
-            for raw in self.api.children(
-                f"{query} and trashed = false", proof.FIELDS, timeout=timeout
-            )
-            if proof.why_not_ours(raw, folder, self.run_id, INDEX_NAME) is None
+            for raw in self.api.children(query, proof.FIELDS, timeout=timeout)
+            if proof.why_not_ours(raw, folder, self.run_id, INDEX_NAME, trash_ok=True)
+            is None
         ]
-        index = _oldest(found)
+        index = _oldest([raw for raw in found if not raw.get("trashed")])
+        index = index or _oldest(found)
         if index is not None:
+            if index.get("trashed"):
+                self._trashed_index(str(index["id"]), index, create, timeout)
             try:
                 entries = self._read_index(str(index["id"]), timeout)
             except DamagedIndexError as exc:
@@ -205,9 +212,7 @@ class RunFolder:
             return True
         run_files = self._proven_files(timeout)
         if run_files:
-            self.damage = (
-                f"the run's index ({INDEX_NAME}) is missing: trashed or deleted"
-            )
+            self.damage = f"the run's index ({INDEX_NAME}) was deleted"
         elif not create:
             return False
         if not create:
@@ -230,6 +235,24 @@ class RunFolder:
             self.index_id, self._from_proof = index_id, False
         self._read_index(index_id, timeout)
         return True
+
+    def _trashed_index(
+        self, index_id: str, raw: dict[str, Any], create: bool, timeout: float | None
+    ) -> None:
+        """The index is in the Drive trash: a writer takes it back out."""
+        if not create:
+            self.damage = (
+                f"the run's index ({INDEX_NAME}) is in the Drive trash; the "
+                f"next session restores it (or restore it by hand)"
+            )
+            return  # a trashed file still reads by id
+        log.warning(
+            "storage: %s: the run's index was in the Drive trash; restored it",
+            self.url,
+        )
+        self.api.untrash(
+            index_id, keep_modified=str(raw["modifiedTime"]), timeout=timeout
+        )
 
     def _use_proof(self, timeout: float | None) -> bool:
         """A reader's view when the index cannot be used: the files' proof."""
@@ -271,30 +294,41 @@ class RunFolder:
         with self._lock:
             self.index_id, self._from_proof = index_id, False
 
-    def check_index(self, timeout: float | None) -> None:
-        """Notice an index trashed or deleted under a live writer, and repair it.
+    def repair(self, timeout: float | None) -> str:
+        """Find the index again as a writer would, repairing it; what was done."""
+        with self._resolving, self._lock:
+            self.index_id, self._from_proof = None, False
+        found = self.damage
+        self.resolve(create=True, timeout=timeout)
+        named = len(self._entries)
+        if found is None:
+            return f"{self.url}: the index is sound ({named} file(s)); nothing to do"
+        return f"{self.url}: {found}. Repaired: the index names {named} file(s)"
 
-        The writer then uses the index every other session finds (rebuilt
-        from the files' proof, its own claims merged in), so the lease
-        records in it fence as they would have.
+    def check_index(self, timeout: float | None) -> None:
+        """Notice an index trashed, moved or deleted under a live writer; repair it.
+
+        A trashed index is taken back out of the trash. One deleted (or
+        moved away) is replaced by the index every other session finds
+        (rebuilt from the files' proof, this writer's claims merged in), so
+        the lease records in it fence as they would have.
         """
         index_id = self.index_id
         if index_id is None:
             return
         try:
-            raw = self.api.get(index_id, "trashed,parents", timeout=timeout)
-            lost = bool(raw.get("trashed")) or self.folder_id not in (
-                raw.get("parents") or []
-            )
+            raw = self.api.get(index_id, proof.FIELDS, timeout=timeout)
         except FileNotFoundError:
-            lost = True
-        if not lost:
+            raw = None
+        if raw is not None and self.folder_id in (raw.get("parents") or []):
+            if raw.get("trashed"):
+                self._trashed_index(index_id, raw, True, timeout)
             return
         with self._lock:
             known = dict(self._entries)
             self.index_id = None
         log.warning(
-            "storage: %s: the run's index was trashed or deleted while this "
+            "storage: %s: the run's index was deleted or moved while this "
             "session wrote; using the index rebuilt from the files' proof",
             self.url,
         )
@@ -335,20 +369,24 @@ class RunFolder:
         folder = self.folder_id
         assert folder is not None
         query = f"name = '{INDEX_NAME}' and {quote(folder)} in parents"
-        index = _oldest(
-            self.api.children(
-                f"{query} and trashed = false", proof.FIELDS, timeout=timeout
-            )
-        )
+        found = [
+            raw
+            for raw in self.api.children(query, proof.FIELDS, timeout=timeout)
+            if proof.why_not_ours(raw, folder, None, INDEX_NAME, trash_ok=True) is None
+        ]
+        index = _oldest([raw for raw in found if not raw.get("trashed")])
+        index = index or _oldest(found)
+        if index is not None and index.get("trashed"):
+            self._trashed_index(str(index["id"]), index, True, timeout)
         if index is None:
-            files = self.api.children(
+            listing = self.api.children(
                 f"{quote(folder)} in parents and trashed = false",
                 "id,name",
                 timeout=timeout,
             )
-            if any(raw.get("name") in _RUN_NAMES for raw in files):
+            if any(raw.get("name") in _RUN_NAMES for raw in listing):
                 raise self._copied(folder)
-            run_id = self.api.generate_id(timeout=timeout)
+            run_id = proof.new_run_id()
             self.api.set_properties(folder, {proof.RUN_KEY: run_id}, timeout=timeout)
             self.run_id = run_id
             return
@@ -364,11 +402,12 @@ class RunFolder:
         mine = {
             rel: files[fid]
             for rel, fid in entries.items()
-            if fid in files and proof.why_not_ours(files[fid], folder, None, rel) is None
+            if fid in files
+            and proof.why_not_ours(files[fid], folder, None, rel) is None
         }
         if entries and not mine:
             raise self._copied(folder)
-        run_id = self.api.generate_id(timeout=timeout)
+        run_id = proof.new_run_id()
         for rel, raw in [(INDEX_NAME, index), *mine.items()]:
             self.api.set_properties(
                 str(raw["id"]),
@@ -378,7 +417,9 @@ class RunFolder:
             )
         self.api.set_properties(folder, {proof.RUN_KEY: run_id}, timeout=timeout)
         self.run_id = run_id
-        log.info("storage: %s: stamped %d files with the run's proof", self.url, len(mine))
+        log.info(
+            "storage: %s: stamped %d files with the run's proof", self.url, len(mine)
+        )
 
     def _copied(self, folder: str) -> CorruptRecordError:
         return CorruptRecordError(
@@ -540,7 +581,9 @@ class RunFolder:
         query = f"{quote(file_id)} in parents and trashed = false"
         if self.api.children(query, "id", timeout=timeout):
             return False
-        raw = self.api.get(file_id, "mimeType,modifiedTime,createdTime", timeout=timeout)
+        raw = self.api.get(
+            file_id, "mimeType,modifiedTime,createdTime", timeout=timeout
+        )
         if raw.get("mimeType") == FOLDER_MIME:
             return True
         return not touched(raw)  # an index nobody updated since it was made
@@ -548,11 +591,19 @@ class RunFolder:
     # --- reading and changing the index --------------------------------------
 
     def _read_index(self, index_id: str, timeout: float | None) -> dict[str, str]:
+        limit = MAX_INDEX_BYTES + 1
+        data = bytearray()
         with self.api.download(
-            index_id, timeout=timeout, first_bytes=MAX_INDEX_BYTES + 1
+            index_id, timeout=timeout, first_bytes=limit
         ) as response:
-            data = b"" if response.status_code == 416 else response.content
-        entries = _decode(data, f"{self.url}/{INDEX_NAME}")
+            if response.status_code != 416:  # 416: no range of an empty file
+                # Read to the limit only, whether or not the server honoured
+                # the range: an index grown huge is never held whole.
+                for block in response.iter_content(1 << 16):
+                    data += block
+                    if len(data) >= limit:
+                        break
+        entries = _decode(bytes(data[:limit]), f"{self.url}/{INDEX_NAME}")
         with self._lock:
             self._entries = dict(entries)
         return entries
@@ -621,7 +672,9 @@ def _claimed(files: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def _encode(entries: dict[str, str]) -> bytes:
-    return json.dumps({"format": INDEX_FORMAT, "files": entries}, sort_keys=True).encode()
+    return json.dumps(
+        {"format": INDEX_FORMAT, "files": entries}, sort_keys=True
+    ).encode()
 
 
 def _decode(data: bytes, where: str) -> dict[str, str]:

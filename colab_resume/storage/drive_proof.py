@@ -26,15 +26,19 @@ Knows nothing of indexes or requests: it judges the metadata it is given.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 RUN_KEY = "colabResumeRun"
 PATH_KEY = "colabResumePath"
 # What a judgement needs of a file, and the stamps of ObjectInfo.
-FIELDS = (
-    "id,name,mimeType,trashed,parents,appProperties,size,createdTime,modifiedTime"
-)
+FIELDS = "id,name,mimeType,trashed,parents,appProperties,size,createdTime,modifiedTime"
 _NATIVE = "application/vnd.google-apps."
+
+
+def new_run_id() -> str:
+    """A fresh run id (random: two runs never share one)."""
+    return uuid.uuid4().hex
 
 
 def stamp(run_id: str, rel: str) -> dict[str, str]:

@@ -48,8 +48,12 @@ def _unescape(field: str) -> str:
 
 
 def drivefs_mount(path: str, mounts_file: str | None = None) -> str | None:
-    """The DriveFS mount point that holds ``path``, or None."""
-    real = os.path.abspath(path)
+    """The DriveFS mount point that holds ``path``, or None.
+
+    Symlinks are followed (``ln -s /content/drive/MyDrive/runs runs`` is a
+    common Colab idiom): a path that resolves into the mount is on it.
+    """
+    real = os.path.realpath(path)
     found: list[str] = []
     try:
         with open(mounts_file or MOUNTS_FILE, encoding="utf-8", errors="replace") as f:
@@ -64,8 +68,8 @@ def drivefs_mount(path: str, mounts_file: str | None = None) -> str | None:
         drivefs = kind in _DRIVEFS_TYPES or (
             kind.startswith("fuse") and device in _DRIVEFS_DEVICES
         )
-        if drivefs and _under(real, point):
-            found.append(point)
+        if drivefs and _under(real, os.path.realpath(point)):
+            found.append(os.path.realpath(point))
     if not found and _under(real, COLAB_MOUNT):
         found.append(COLAB_MOUNT)
     return max(found, key=len) if found else None
@@ -87,7 +91,7 @@ def route(path: str, mounts_file: str | None = None) -> str | None:
     mount = drivefs_mount(path, mounts_file)
     if mount is None:
         return None
-    inside = os.path.relpath(os.path.abspath(path), mount).replace(os.sep, "/")
+    inside = os.path.relpath(os.path.realpath(path), mount).replace(os.sep, "/")
     head, _, rest = inside.partition("/")
     if head != "MyDrive" or not rest.strip("/"):
         raise UnsupportedURLError(

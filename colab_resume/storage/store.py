@@ -447,6 +447,21 @@ class Storage:
         )
         return sorted(found)
 
+    def damage(self) -> str | None:
+        """What was found wrong with the store's bookkeeping (Drive's index), or None.
+
+        The run is still read, from what its files prove; ``colab-resume
+        repair`` (:meth:`repair`) or the next session rebuilds it.
+        """
+        return self.store.damage()
+
+    def repair(self) -> str:
+        """Rebuild the store's bookkeeping from its files; what was done, in words."""
+        result: str = self._call(
+            f"repair {self.url}", lambda timeout: self.store.repair(timeout=timeout)
+        )
+        return result
+
     def remove_leftovers(self, rel: str) -> None:
         """Remove what is left of the directory ``rel`` once its objects are gone.
 

@@ -17,6 +17,20 @@
 // POST /debug/corrupt-uploads?count=N (tests only, no such route on Drive)
 // makes the next N uploads store their bytes with one byte inverted: damage
 // in transit that only the MD5 Drive reports can reveal.
+//
+// And what real Drive does that google-drive-mock lacks:
+//
+//   PATCH  /drive/v3/files/:id   appProperties merged key by key (null removes
+//                                one), as Drive does, not replaced whole
+//   DELETE /drive/v3/files/:id   a file another user owns: 403
+//                                insufficientFilePermissions (My Drive); a
+//                                folder: everything below it goes too
+//   POST /debug/foreign-file     (tests only) a file owned by another user,
+//                                shared with this one: {name, parents, content}
+//
+// The trash is the mock's own and matches Drive: files.list returns trashed
+// files unless the query says `trashed = false`; PATCH {trashed} moves a
+// file in and out of it.
 // Everything else (generateIds, get, alt=media, list with q, delete, about)
 // is google-drive-mock's own. Run: node server.js PORT (NODE_PATH naming
 // the folder that holds google-drive-mock, express and cors).
@@ -30,6 +44,8 @@ const { driveStore } = require("google-drive-mock/dist/store.js");
 const { toV3File, toV2File, applyFields } = require("google-drive-mock/dist/mappers.js");
 
 const VALID_TOKENS = new Set(["valid-token", "another-valid-token"]);
+const FOLDER_MIME = "application/vnd.google-apps.folder";
+const FOREIGN_OWNER = "someone-else@example.com";
 const sessions = new Map(); // upload_id -> {metadata, fileId, chunks, received, total}
 let corruptUploads = 0;
 
@@ -135,6 +151,54 @@ function main() {
   app.post("/debug/corrupt-uploads", (req, res) => {
     corruptUploads = Number(req.query.count || 1);
     res.status(200).send("");
+  });
+
+  app.post("/debug/foreign-file", express.json(), (req, res) => {
+    const body = req.body || {};
+    const file = driveStore.createFile({
+      name: body.name || "Untitled",
+      parents: body.parents || [],
+      mimeType: body.mimeType || "text/plain",
+      content: Buffer.from(body.content || "", "utf8"),
+      ownedByMe: false,
+      owners: [{ kind: "drive#user", emailAddress: FOREIGN_OWNER, me: false }],
+    });
+    res.status(200).json({ id: file.id });
+  });
+
+  app.patch("/drive/v3/files/:fileId", express.json(), (req, res, next) => {
+    if (!authorised(req, res)) return;
+    const file = driveStore.getFile(req.params.fileId);
+    const body = req.body || {};
+    if (!file || body.appProperties === undefined) return next();
+    const merged = { ...(file.appProperties || {}) };
+    for (const [key, value] of Object.entries(body.appProperties || {})) {
+      if (value === null) delete merged[key];
+      else merged[key] = String(value);
+    }
+    const updated = driveStore.updateFile(file.id, { ...body, appProperties: merged });
+    fileReply(res, updated, req.query.fields);
+  });
+
+  app.delete("/drive/v3/files/:fileId", (req, res, next) => {
+    if (!authorised(req, res)) return;
+    const file = driveStore.getFile(req.params.fileId);
+    if (!file) return next();
+    if (file.ownedByMe === false) {
+      res.status(403).json({
+        error: { code: 403, message: "The user does not have sufficient permissions for this file.",
+                 errors: [{ reason: "insufficientFilePermissions", message: "insufficient permissions" }] },
+      });
+      return;
+    }
+    if (file.mimeType === FOLDER_MIME) {
+      const below = (id) => driveStore.listFiles().filter((f) => (f.parents || []).includes(id));
+      const doomed = [];
+      const walk = (id) => below(id).forEach((child) => { doomed.push(child.id); walk(child.id); });
+      walk(file.id);
+      doomed.forEach((id) => driveStore.deleteFile(id));
+    }
+    return next();
   });
 
   app.post("/upload/drive/v3/files", raw, (req, res, next) => {
