@@ -40,6 +40,9 @@ TEST_REQUIRES = [
     "papermill>=2.5",
     # The launcher recipes in examples/ are parsed and checked in the suite.
     "pyyaml>=5.4",
+    # Drive's discovery documents (it ships them): every request the Drive
+    # store sends is checked against them (tests/test_drive_requests.py).
+    "google-api-python-client>=2.100",
     "build>=1.0",
     "twine>=5",
 ]

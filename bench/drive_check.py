@@ -14,6 +14,8 @@ prints one line per property it verified, and deletes the folder at the
 end, permanently.
 
 Verified: a conditional update with a stale ``If-Match`` is refused (412);
+``appProperties`` set with an upload come back (the run's proof); a
+trashed file leaves listings, still reads by id and can be restored;
 of eight concurrent create-only writes of one name exactly one wins;
 a retried create is recognised as its own; Drive's md5Checksum matches
 the bytes of a resumable 12 MiB upload, and the download's CRC32C matches
@@ -35,7 +37,7 @@ import google_crc32c
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from colab_resume.storage import Storage  # noqa: E402
+from colab_resume.storage import Storage, drive_proof  # noqa: E402
 from colab_resume.storage.drive import DriveStore  # noqa: E402
 
 
@@ -77,6 +79,27 @@ def check(storage: Storage, store: DriveStore, url: str, options: dict) -> None:
     stale = store.api.replace_if_match(index, b'{"files": {}}', etag, timeout=60)
     assert not stale, "Drive accepted an update with a stale If-Match"
     print("ok  a conditional update with a stale If-Match is refused (412)")
+
+    probe = str(store._lookup("probe.json", 60))
+    raw = store.api.get(probe, drive_proof.FIELDS, timeout=60)
+    assert drive_proof.run_of(raw) == store.folder.run_id, raw
+    assert drive_proof.path_of(raw) == "probe.json", raw
+    print("ok  appProperties set with an upload come back (the run's proof)")
+    folder = store.folder.folder_id
+    store.api.call(
+        "PATCH",
+        f"/drive/v3/files/{probe}",
+        params={"fields": "id"},
+        json={"trashed": True},
+        timeout=60,
+    )
+    live = store.api.children(
+        f"'{folder}' in parents and trashed = false", "id", timeout=60
+    )
+    assert probe not in {item["id"] for item in live}
+    assert Storage(url, options).read_bytes("probe.json") == b"{}"  # restores it
+    assert store.api.get(probe, "trashed", timeout=60)["trashed"] is False
+    print("ok  a trashed file leaves listings, reads by id and is restored")
 
     racers = [Storage(url, options) for _ in range(8)]
     barrier = threading.Barrier(len(racers))

@@ -95,6 +95,14 @@ def foreign_file(emulator, name: str, parent: str, text: str) -> str:
         return str(json.load(reply)["id"])
 
 
+def damage_uploads(emulator, count: int) -> None:
+    """The next ``count`` uploads arrive with a byte flipped (emulator route)."""
+    request = urllib.request.Request(
+        f"{emulator.url}/debug/corrupt-uploads?count={count}", method="POST"
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+
+
 def a_run(url: str, options: dict) -> DriveStore:
     """A run folder as a session leaves it: its run record, lease 1 and
     heartbeat (a real session, stopped), and a checkpoint's files."""
@@ -274,12 +282,7 @@ def test_a_fresh_run_dir_is_still_new(drive_run_dir, drive_options) -> None:
 def test_a_damaged_first_upload_is_removed_and_the_run_folder_is_sound(
     drive_run_dir, drive_options, drive_emulator
 ) -> None:
-    urllib.request.urlopen(
-        urllib.request.Request(
-            f"{drive_emulator.url}/debug/corrupt-uploads?count=1", method="POST"
-        ),
-        timeout=10,
-    ).close()
+    damage_uploads(drive_emulator, 1)
     storage = Storage(drive_run_dir, drive_options, retry=FAST)
     storage.write_bytes("run.json", b'{"run": 1}', create_only=True)
     store = open_store(drive_run_dir, drive_options)
@@ -367,7 +370,11 @@ def test_an_older_namesake_restored_from_the_trash_never_becomes_the_run(
     with caplog.at_level(logging.WARNING, logger="colab_resume.storage"):
         reader = open_store(drive_run_dir, drive_options)
         assert folder_of(reader) == new_folder
-    [said] = [r.getMessage() for r in caplog.records if "Drive folders match" in r.getMessage()]
+    [said] = [
+        r.getMessage()
+        for r in caplog.records
+        if "Drive folders match" in r.getMessage()
+    ]
     assert new_folder in said and old_folder in said and "gdrive://id:" in said
     assert reader.read("heartbeat/00000001.json") == b"newer"
 
@@ -482,6 +489,8 @@ def test_no_module_draws_from_the_global_random_generators() -> None:
 def test_a_killed_run_whose_index_was_trashed_resumes_bitwise_not_from_step_0(
     drive_run_dir, drive_emulator, drive_options, tmp_path
 ) -> None:
+    """SIGKILLed after its first checkpoints, its index trashed, its resume's
+    first uploads damaged: it resumes from its newest checkpoint, bit for bit."""
     reference = str(tmp_path / "reference.npz")
     total = steps_here(train_agent(str(tmp_path / "local-run"), reference))
     kill_at = random.Random().randint(11, total - 2)
@@ -497,6 +506,62 @@ def test_a_killed_run_whose_index_was_trashed_resumes_bitwise_not_from_step_0(
     assert f"KILLING at step {kill_at}" in killed.stdout
     store = open_store(drive_run_dir, drive_options)
     trash(store, index_id(store))
+    damage_uploads(drive_emulator, 3)  # and the resume's first uploads arrive damaged
     resumed = train_agent(drive_run_dir, out, endpoint=drive_emulator.url)
     assert steps_here(resumed) < total - 5  # from a checkpoint, not from step 0
     assert_bitwise_equal(reference, out, must_contain=["seed_generator"])
+
+
+def test_an_expired_resumable_session_restarts_the_upload(
+    drive_run_dir, drive_emulator, tmp_path
+) -> None:
+    """Drive answers a chunk of an expired session 404 ("restart the upload"):
+    through the fault proxy, once; the upload starts a new session."""
+    from faultproxy import FaultMix, FaultProxy, path_contains
+
+    shard = tmp_path / "shard"
+    shard.write_bytes(random.Random(3).randbytes(6 << 20))  # resumable
+    with FaultProxy(drive_emulator.url) as proxy:
+        storage = Storage(drive_run_dir, drive_emulator.options(proxy.url), retry=FAST)
+        proxy.set_mix(
+            FaultMix(
+                error_rate=1.0,
+                statuses=(404,),
+                match=path_contains("upload_id=", "PUT"),
+                max_faults=1,
+            )
+        )
+        storage.put_file(str(shard), f"{CHECKPOINT}/ckpt.data")
+        assert proxy.faults() == 1
+        back = tmp_path / "back"
+        storage.get_file(f"{CHECKPOINT}/ckpt.data", str(back))
+    assert back.read_bytes() == shard.read_bytes()
+
+
+def test_a_folder_from_before_provenance_is_read_then_stamped_by_its_writer(
+    drive_run_dir, drive_options
+) -> None:
+    store = open_store(drive_run_dir, drive_options)
+    store._run_folder(create=True, timeout=10)
+    parent = parent_of(store)
+    store.api.delete(folder_of(store), timeout=10)
+    folder = store.api.create_folder("test", parent, timeout=10)  # no run id
+    made = store.api.create(
+        {"name": "run.json", "parents": [folder]}, b'{"old": 1}', None, timeout=10
+    )
+    store.api.touch(made["id"], timeout=10)
+    stamped = store.api.get(made["id"], "modifiedTime", timeout=10)["modifiedTime"]
+    old = json.dumps({"format": 1, "files": {"run.json": made["id"]}}).encode()
+    store.api.create({"name": INDEX_NAME, "parents": [folder]}, old, None, timeout=10)
+
+    reader = open_store(drive_run_dir, drive_options)
+    assert reader.read("run.json") == b'{"old": 1}'
+    assert reader.folder.run_id is None  # a reader changes nothing
+    writer = open_store(drive_run_dir, drive_options)
+    writer.write("lease/00000001.json", b"{}", create_only=True, write_id="w")
+    run_id = writer.folder.run_id
+    assert run_id is not None
+    raw = store.api.get(made["id"], drive_proof.FIELDS, timeout=10)
+    assert raw["appProperties"] == drive_proof.stamp(run_id, "run.json")
+    assert raw["modifiedTime"] == stamped  # the commit rule reads it: kept
+    assert open_store(drive_run_dir, drive_options).read("run.json") == b'{"old": 1}'

@@ -20,6 +20,14 @@ several files of one name in a folder; names here are for people: a
 reader resolves a path only through the index, so a file planted by hand
 (or an orphan of an interrupted write) is never mistaken for an object.
 
+**Provenance** (:mod:`colab_resume.storage.drive_proof`). Every upload
+carries the run's id and its path as ``appProperties``, and an id the
+index names is used only once its file proves to be the run's file of
+that path (:meth:`DriveStore._verified`): an index edited to name a
+user's file, or a file dropped in with a run file's name, is never read,
+overwritten or deleted. The index itself is a cache of that proof,
+restored or rebuilt when it is lost (:mod:`colab_resume.storage.drive_folder`).
+
 **Create-only** (the lease race, the manifest commit). Drive has no
 create-if-absent, but it has conditional updates: a v2 content update with
 ``If-Match: <etag>`` is refused with 412 when the file changed since that

@@ -324,16 +324,26 @@ class RunFolder:
             if raw.get("trashed"):
                 self._trashed_index(index_id, raw, True, timeout)
             return
+        self._refind(create=True, timeout=timeout)
+
+    def _refind(self, *, create: bool, timeout: float | None) -> None:
+        """The index this store used is gone (deleted, moved): find it anew.
+
+        A writer's own entries are merged into the index it finds (rebuilt
+        from the files' proof, or another session's), so nothing it wrote
+        is lost to the swap.
+        """
         with self._lock:
             known = dict(self._entries)
-            self.index_id = None
+            self.index_id, self._from_proof = None, False
         log.warning(
-            "storage: %s: the run's index was deleted or moved while this "
-            "session wrote; using the index rebuilt from the files' proof",
+            "storage: %s: the run's index was deleted or moved while in use; "
+            "finding it again (rebuilt from the files' proof where it is gone)",
             self.url,
         )
-        self.resolve(create=True, timeout=timeout)
-        self._merge(known, timeout)
+        self.resolve(create=create, timeout=timeout)
+        if create:
+            self._merge(known, timeout)
 
     def _merge(self, known: dict[str, str], timeout: float | None) -> None:
         """Claim into the current index this session's entries it lacks."""
@@ -617,7 +627,13 @@ class RunFolder:
             self._use_proof(timeout)
             with self._lock:
                 return dict(self._entries)
-        return self._read_index(self.index_id, timeout)
+        try:
+            return self._read_index(self.index_id, timeout)
+        except FileNotFoundError:
+            self._refind(create=False, timeout=timeout)
+            if self.index_id is None and not self._from_proof:
+                return {}
+            return self.read(timeout)
 
     @property
     def trusted(self) -> bool:
@@ -630,8 +646,13 @@ class RunFolder:
             self.resolve(create=True, timeout=timeout)
         assert self.index_id is not None
         for _ in range(_MAX_INDEX_RACES):
-            etag = self.api.etag(self.index_id, timeout=timeout)
-            entries = self._read_index(self.index_id, timeout)
+            try:
+                etag = self.api.etag(self.index_id, timeout=timeout)
+                entries = self._read_index(self.index_id, timeout)
+            except FileNotFoundError:
+                self._refind(create=True, timeout=timeout)
+                assert self.index_id is not None
+                continue
             changed = change(dict(entries))
             if changed is None:
                 return entries
