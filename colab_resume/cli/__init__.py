@@ -6,6 +6,7 @@ colab-resume ls RUN_DIR [--json]
 colab-resume prune RUN_DIR --keep N
 colab-resume report RUN_DIR -o report.png
 colab-resume repair RUN_DIR
+colab-resume selftest URL
 colab-resume demo
 """
 
@@ -128,6 +129,21 @@ def cmd_repair(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from colab_resume.cli.selftest import selftest
+    from colab_resume.cli.watch import printable
+
+    outcomes = selftest(
+        args.run_dir, _storage_options(args), say=lambda line: print(printable(line))
+    )
+    failed = [o for o in outcomes if not o.held]
+    print(
+        f"{len(outcomes) - len(failed)} of {len(outcomes)} held"
+        + (": colab_resume cannot rely on this storage" if failed else "")
+    )
+    return 1 if failed else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.processes == 2:
         from colab_resume.demo_multihost import main as multihost_main
@@ -236,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(after it was trashed, deleted or damaged).",
     )
     repair.set_defaults(func=cmd_repair)
+
+    selftest = with_run_dir(
+        "selftest",
+        "Check what a run directory relies on of this storage, in a scratch "
+        "folder below URL that is removed after (about a minute).",
+    )
+    selftest.set_defaults(func=cmd_selftest)
 
     demo = sub.add_parser("demo", help="Train, die silently, detect it, resume.")
     demo.add_argument(
