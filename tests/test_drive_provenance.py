@@ -28,12 +28,13 @@ from colab_resume.redact import redact
 from colab_resume.retry import RetryPolicy
 from colab_resume.storage import Storage, drive_proof, drivefs, split_url
 from colab_resume.storage.drive import DriveStore
-from colab_resume.storage.drive_folder import (
+from colab_resume.storage.drive_choice import AmbiguousRunFolderError
+from colab_resume.storage.drive_index import (
     INDEX_NAME,
     MAX_INDEX_BYTES,
-    AmbiguousRunFolderError,
     DamagedIndexError,
 )
+from colab_resume.storage.retry import call_with_retry
 
 FAST = RetryPolicy(total_seconds=20.0, initial_seconds=0.01, max_seconds=0.05)
 CHECKPOINT = "checkpoints/step-000000003.e00000001"
@@ -74,7 +75,10 @@ def trash(store: DriveStore, file_id: str) -> None:
 def edit_index(store: DriveStore, entries: dict[str, str]) -> None:
     """A person (or program) rewriting the index by hand."""
     store.api.replace(
-        index_id(store), json.dumps({"files": entries}).encode(), None, timeout=10
+        index_id(store),
+        json.dumps({"format": 2, "files": entries}).encode(),
+        None,
+        timeout=10,
     )
 
 
@@ -459,12 +463,22 @@ def test_an_expired_bare_token_says_so_at_once(drive_run_dir, drive_options) -> 
         storage.write_bytes("run.json", b"{}", create_only=True)
 
 
-def test_resumable_upload_urls_are_redacted() -> None:
+def test_resumable_upload_urls_are_redacted_in_retry_logs(caplog) -> None:
     url = (
         "https://www.googleapis.com/upload/drive/v3/files?uploadType=resumable"
         "&upload_id=ADPycdvSECRETcapability123"
     )
     assert "SECRETcapability" not in redact(f"PUT {url} failed")
+    failures = iter([ConnectionError(f"Max retries exceeded with url: {url}")])
+
+    def flaky() -> str:
+        for failure in failures:
+            raise failure
+        return "sent"
+
+    with caplog.at_level(logging.WARNING, logger="colab_resume.storage"):
+        assert call_with_retry(flaky, operation="upload", policy=FAST) == "sent"
+    assert "retry 1" in caplog.text and "SECRETcapability" not in caplog.text
 
 
 def test_no_module_draws_from_the_global_random_generators() -> None:

@@ -24,7 +24,7 @@ from google.auth.transport.requests import AuthorizedSession
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.storage import Storage, split_url
 from colab_resume.storage.drive import DriveStore
-from colab_resume.storage.drive_folder import INDEX_NAME
+from colab_resume.storage.drive_index import INDEX_NAME
 
 
 def discovery(version: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from colab_resume.retry import RetryPolicy
 from colab_resume.storage import Storage, split_url
 from colab_resume.storage.drive import DriveStore
 from colab_resume.storage.drive_api import FOLDER_MIME
-from colab_resume.storage.drive_folder import INDEX_NAME
+from colab_resume.storage.drive_index import INDEX_NAME
 
 FAST = RetryPolicy(total_seconds=20.0, initial_seconds=0.01, max_seconds=0.05)
 

@@ -100,14 +100,10 @@ from colab_resume.storage.drive_api import (
     DriveApi,
     DriveHttpError,
     UploadChecksumError,
-)
-from colab_resume.storage.drive_folder import (
-    DamagedIndexError,
-    RunFolder,
-    parse_time,
     quote,
-    touched,
 )
+from colab_resume.storage.drive_folder import RunFolder
+from colab_resume.storage.drive_index import DamagedIndexError, parse_time, touched
 
 log = logging.getLogger(__name__)
 

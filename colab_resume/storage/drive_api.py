@@ -88,6 +88,11 @@ def error_for(response: requests.Response) -> OSError:
     return DriveHttpError(response.status_code, reason, message)
 
 
+def quote(name: str) -> str:
+    """A string literal of Drive's query language."""
+    return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def _limit(timeout: float | None) -> float:
     return REQUEST_TIMEOUT if timeout is None else max(0.1, min(timeout, 60.0))
 

@@ -5,98 +5,48 @@ Drive allows several folders (and indexes) of one name, so:
 
 - **Intermediate folders**: everyone takes the oldest by ``createdTime``
   then id, and a creator whose own copy lost deletes it while empty.
-- **The run folder** is chosen by identity (:meth:`RunFolder._choose`):
-  of several same-named folders (one restored from the trash, a copy, a
-  namesake) the one holding files of a run, the newest activity first;
-  the choice is logged with its reason, and a tie is refused with the
-  folder ids and the fix. A new run folder carries a fresh run id
-  (:mod:`colab_resume.storage.drive_proof`).
+- **The run folder** is chosen by identity
+  (:mod:`colab_resume.storage.drive_choice`). A new run folder carries a
+  fresh run id (:mod:`colab_resume.storage.drive_proof`).
 
 **The index** maps each object's path to its file id. It changes only by a
 conditional update (v2 ``If-Match``), re-read and retried on 412. It is a
 cache of what the files prove: an index that is missing, trashed,
-unparsable, of the wrong shape or over :data:`MAX_INDEX_BYTES` is never
-read as a fresh run while the folder holds files of the run. A reader
-then works from the files' proof (:attr:`RunFolder.damage` says what was
-wrong); a writer rebuilds the index from it first. A rebuilt index names
-each proven file that was *claimed* (touched after its upload, see
-:mod:`colab_resume.storage.drive`); an upload killed before its claim stays
-unnamed, a leftover, as it would have with the index intact.
+unparsable, of the wrong shape or too large
+(:mod:`colab_resume.storage.drive_index`) is never read as a fresh run
+while the folder holds files of the run. A reader then works from the
+files' proof (:attr:`RunFolder.damage` says what was wrong); a writer
+rebuilds the index from it first (an index in the trash: restores it).
+A rebuilt index names each proven file that was *claimed* (touched after
+its upload, see :mod:`colab_resume.storage.drive`); an upload killed before
+its claim stays unnamed, a leftover, as it would have with the index
+intact.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import functools
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume.errors import CorruptRecordError, StorageError
+from colab_resume.errors import CorruptRecordError
 from colab_resume.retry import jitter
+from colab_resume.storage import drive_choice, drive_index
 from colab_resume.storage import drive_proof as proof
-from colab_resume.storage.drive_api import FOLDER_MIME, DriveApi, DriveHttpError
-from colab_resume.storage.records import MAX_RECORD_BYTES
+from colab_resume.storage.drive_api import FOLDER_MIME, DriveApi, DriveHttpError, quote
+from colab_resume.storage.drive_index import INDEX_NAME, DamagedIndexError, touched
 
 log = logging.getLogger(__name__)
 
-INDEX_NAME = ".colab-resume-index.json"
-INDEX_FORMAT = 2  # 1: before provenance (a legacy folder's)
-# An index is read with the limit of every other record of the run.
-MAX_INDEX_BYTES = MAX_RECORD_BYTES
 # Conditional index updates lost to other writers before giving up (each
 # loss means another write landed: progress, not a fault).
 _MAX_INDEX_RACES = 200
 # Names only a run's own folder holds: unproven files of these names mean a
 # copy of a run made by another program.
 _RUN_NAMES = (INDEX_NAME, "run.json")
-
-
-class AmbiguousRunFolderError(StorageError):
-    """Several folders match the run's path and none can be told to be the run."""
-
-
-class DamagedIndexError(CorruptRecordError):
-    """The index could not be read as an index (the text says why)."""
-
-
-def parse_time(text: str) -> float:
-    """An RFC 3339 time as Drive writes it, in epoch seconds."""
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def quote(name: str) -> str:
-    """A string literal of Drive's query language."""
-    return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def touched(raw: dict[str, Any]) -> bool:
-    """Whether the file was stamped after its upload (claimed, or overwritten)."""
-    return parse_time(raw["modifiedTime"]) > parse_time(raw["createdTime"])
-
-
-def _oldest(found: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The one of several same-named files every reader picks."""
-    if not found:
-        return None
-    return min(found, key=lambda item: (parse_time(item["createdTime"]), item["id"]))
-
-
-@dataclasses.dataclass
-class _Candidate:
-    """A folder of the run's name, and what its files say of it."""
-
-    raw: dict[str, Any]
-    activity: float | None  # the newest stamp of a file of a run in it
-    what: str  # in words, for the log and the refusal
-
-    @property
-    def id(self) -> str:
-        return str(self.raw["id"])
 
 
 class RunFolder:
@@ -193,8 +143,8 @@ class RunFolder:
             if proof.why_not_ours(raw, folder, self.run_id, INDEX_NAME, trash_ok=True)
             is None
         ]
-        index = _oldest([raw for raw in found if not raw.get("trashed")])
-        index = index or _oldest(found)
+        index = drive_index.oldest([raw for raw in found if not raw.get("trashed")])
+        index = index or drive_index.oldest(found)
         if index is not None:
             if index.get("trashed"):
                 self._trashed_index(str(index["id"]), index, create, timeout)
@@ -217,7 +167,7 @@ class RunFolder:
             return False
         if not create:
             return self._use_proof(timeout)
-        entries = _claimed(run_files)
+        entries = drive_index.claimed(run_files)
         if entries:
             log.warning(
                 "storage: %s: %s; rebuilt it from the proof of %d file(s)",
@@ -263,7 +213,7 @@ class RunFolder:
                 f"Restore the index from the Drive trash (or an older version "
                 f"of it), or start a new run_dir."
             )
-        entries = _claimed(self._proven_files(timeout))
+        entries = drive_index.claimed(self._proven_files(timeout))
         with self._lock:
             self._entries, self._from_proof = entries, True
         return True
@@ -277,9 +227,9 @@ class RunFolder:
             try:
                 self._read_index(index_id, timeout)
             except DamagedIndexError:
-                entries = _claimed(self._proven_files(timeout))
+                entries = drive_index.claimed(self._proven_files(timeout))
                 if self.api.replace_if_match(
-                    index_id, _encode(entries), etag, timeout=timeout
+                    index_id, drive_index.encode(entries), etag, timeout=timeout
                 ):
                     log.warning(
                         "storage: %s: %s; rebuilt it from the proof of %d file(s)",
@@ -384,8 +334,8 @@ class RunFolder:
             for raw in self.api.children(query, proof.FIELDS, timeout=timeout)
             if proof.why_not_ours(raw, folder, None, INDEX_NAME, trash_ok=True) is None
         ]
-        index = _oldest([raw for raw in found if not raw.get("trashed")])
-        index = index or _oldest(found)
+        index = drive_index.oldest([raw for raw in found if not raw.get("trashed")])
+        index = index or drive_index.oldest(found)
         if index is not None and index.get("trashed"):
             self._trashed_index(str(index["id"]), index, True, timeout)
         if index is None:
@@ -469,7 +419,9 @@ class RunFolder:
         }
         if self.run_id is not None:
             metadata["appProperties"] = proof.stamp(self.run_id, INDEX_NAME)
-        reply = self.api.create(metadata, _encode(entries), None, timeout=timeout)
+        reply = self.api.create(
+            metadata, drive_index.encode(entries), None, timeout=timeout
+        )
         return str(reply["id"])
 
     def _settle(
@@ -508,13 +460,13 @@ class RunFolder:
     def _first(
         found: list[dict[str, Any]], timeout: float | None
     ) -> dict[str, Any] | None:
-        return _oldest(found)
+        return drive_index.oldest(found)
 
     def _first_index(
         self, found: list[dict[str, Any]], timeout: float | None
     ) -> dict[str, Any] | None:
         assert self.folder_id is not None
-        return _oldest(
+        return drive_index.oldest(
             [
                 raw
                 for raw in found
@@ -526,61 +478,7 @@ class RunFolder:
     def _choose(
         self, found: list[dict[str, Any]], timeout: float | None
     ) -> dict[str, Any] | None:
-        """The run folder among same-named folders: see the module docstring."""
-        if len(found) <= 1:
-            return found[0] if found else None
-        candidates = [self._describe(raw, timeout) for raw in found]
-        active = [c for c in candidates if c.activity is not None]
-        if not active:  # new folders of a creation race: the oldest
-            return _oldest(found)
-        active.sort(key=lambda c: c.activity or 0.0, reverse=True)
-        if len(active) > 1 and active[0].activity == active[1].activity:
-            listing = "; ".join(f"{c.id}: {c.what}" for c in candidates)
-            raise AmbiguousRunFolderError(
-                f"{len(found)} Drive folders match {self.url} and none can be "
-                f"told to be the run ({listing}). Name the one to use by id: "
-                f"run_dir='gdrive://id:FOLDER_ID', or move the others away."
-            )
-        chosen = active[0]
-        others = "; ".join(f"{c.id}: {c.what}" for c in candidates if c is not chosen)
-        log.warning(
-            "storage: %d Drive folders match %s; using %s (%s), the newest "
-            "activity. The others: %s. To use another, pass "
-            "run_dir='gdrive://id:FOLDER_ID'.",
-            len(found),
-            self.url,
-            chosen.id,
-            chosen.what,
-            others,
-        )
-        return chosen.raw
-
-    def _describe(self, raw: dict[str, Any], timeout: float | None) -> _Candidate:
-        folder = str(raw["id"])
-        run_id = proof.run_of(raw)
-        files = self.api.children(
-            f"{quote(folder)} in parents and trashed = false",
-            proof.FIELDS,
-            timeout=timeout,
-        )
-        if run_id is not None:
-            mine = [f for f in files if proof.why_not_ours(f, folder, run_id) is None]
-            what = f"run {run_id}, {len(mine)} file(s) of it"
-        else:  # legacy: the files its index names, in it
-            index = _oldest([f for f in files if f.get("name") == INDEX_NAME])
-            named: set[str] = set()
-            if index is not None:
-                try:
-                    named = set(self._read_index(str(index["id"]), timeout).values())
-                except DamagedIndexError:
-                    pass
-            mine = [f for f in files if f["id"] in named]
-            what = f"made before provenance, {len(mine)} file(s) its index names"
-        activity = max((parse_time(f["modifiedTime"]) for f in mine), default=None)
-        if activity is not None:
-            stamp = datetime.datetime.fromtimestamp(activity, datetime.timezone.utc)
-            what += f", last written {stamp:%Y-%m-%d %H:%M:%S} UTC"
-        return _Candidate(raw, activity, what)
+        return drive_choice.choose(self.api, self.url, found, timeout)
 
     def _unused(self, file_id: str, timeout: float | None) -> bool:
         """Whether a losing copy is still as made: no children, an empty index.
@@ -601,19 +499,9 @@ class RunFolder:
     # --- reading and changing the index --------------------------------------
 
     def _read_index(self, index_id: str, timeout: float | None) -> dict[str, str]:
-        limit = MAX_INDEX_BYTES + 1
-        data = bytearray()
-        with self.api.download(
-            index_id, timeout=timeout, first_bytes=limit
-        ) as response:
-            if response.status_code != 416:  # 416: no range of an empty file
-                # Read to the limit only, whether or not the server honoured
-                # the range: an index grown huge is never held whole.
-                for block in response.iter_content(1 << 16):
-                    data += block
-                    if len(data) >= limit:
-                        break
-        entries = _decode(bytes(data[:limit]), f"{self.url}/{INDEX_NAME}")
+        entries = drive_index.read(
+            self.api, index_id, f"{self.url}/{INDEX_NAME}", timeout
+        )
         with self._lock:
             self._entries = dict(entries)
         return entries
@@ -657,7 +545,7 @@ class RunFolder:
             if changed is None:
                 return entries
             if self.api.replace_if_match(
-                self.index_id, _encode(changed), etag, timeout=timeout
+                self.index_id, drive_index.encode(changed), etag, timeout=timeout
             ):
                 with self._lock:
                     self._entries = dict(changed)
@@ -676,44 +564,3 @@ class RunFolder:
             if known is not None:
                 return known
         return self.read(timeout).get(rel)
-
-
-def _claimed(files: list[dict[str, Any]]) -> dict[str, str]:
-    """The index the proven files make: each claimed file by its path.
-
-    Of two claimed files of one path (two sessions that both lost their
-    index), the oldest, as every reader picks.
-    """
-    by_path: dict[str, list[dict[str, Any]]] = {}
-    for raw in files:
-        rel = proof.path_of(raw)
-        if rel is not None and touched(raw):
-            by_path.setdefault(rel, []).append(raw)
-    return {rel: str(_oldest(found)["id"]) for rel, found in by_path.items()}  # type: ignore[index]
-
-
-def _encode(entries: dict[str, str]) -> bytes:
-    return json.dumps(
-        {"format": INDEX_FORMAT, "files": entries}, sort_keys=True
-    ).encode()
-
-
-def _decode(data: bytes, where: str) -> dict[str, str]:
-    """The entries of an index; DamagedIndexError naming what is wrong."""
-    if len(data) > MAX_INDEX_BYTES:
-        raise DamagedIndexError(f"{where} is larger than {MAX_INDEX_BYTES} bytes")
-    if not data:
-        return {}
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except ValueError:  # UnicodeDecodeError included
-        raise DamagedIndexError(f"{where} is not JSON") from None
-    if not isinstance(value, dict) or value.get("format") not in (1, INDEX_FORMAT):
-        raise DamagedIndexError(f"{where} is not a colab_resume index")
-    files = value.get("files")
-    if not isinstance(files, dict) or not all(
-        isinstance(rel, str) and isinstance(fid, str) and rel and fid
-        for rel, fid in files.items()
-    ):
-        raise DamagedIndexError(f"{where} does not map paths to file ids")
-    return dict(files)

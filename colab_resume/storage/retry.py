@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from colab_resume.errors import StorageUnavailableError
+from colab_resume.redact import redact
 from colab_resume.retry import RetriesExhausted, RetryPolicy, retry_call
 from colab_resume.storage.faults import is_transient, is_unauthenticated
 
@@ -60,7 +61,7 @@ def call_with_retry(
             "storage: %s failed (%s: %s); retry %d in %.1fs",
             operation,
             type(exc).__name__,
-            exc,
+            redact(str(exc)),  # a resumable session's URL is a capability
             attempt,
             delay,
         )
@@ -83,7 +84,7 @@ def call_with_retry(
             f"Storage kept failing for {operation} "
             f"({exhausted.attempts} attempts within "
             f"{policy.total_seconds:.0f}s; last error {type(last).__name__}: "
-            f"{last}). Check the network and the storage service status; "
+            f"{redact(str(last))}). Check the network and the storage service status; "
             f"the run continues from the last committed state once it is "
             f"reachable again."
         ) from last
