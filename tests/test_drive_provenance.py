@@ -63,13 +63,7 @@ def index_id(store: DriveStore) -> str:
 
 def trash(store: DriveStore, file_id: str) -> None:
     """What the web UI's "Move to trash" does."""
-    store.api.call(
-        "PATCH",
-        f"/drive/v3/files/{file_id}",
-        params={"fields": "id"},
-        json={"trashed": True},
-        timeout=10,
-    )
+    store.api.update_metadata(file_id, trashed=True, timeout=10)
 
 
 def edit_index(store: DriveStore, entries: dict[str, str]) -> None:
@@ -364,13 +358,7 @@ def test_an_older_namesake_restored_from_the_trash_never_becomes_the_run(
     new.write("heartbeat/00000001.json", b"newer", create_only=False, write_id="")
     new_folder = folder_of(new)
     assert new_folder != old_folder
-    old.api.call(
-        "PATCH",
-        f"/drive/v3/files/{old_folder}",
-        params={"fields": "id"},
-        json={"trashed": False},
-        timeout=10,
-    )
+    old.api.update_metadata(old_folder, trashed=False, timeout=10)
     with caplog.at_level(logging.WARNING, logger="colab_resume.storage"):
         reader = open_store(drive_run_dir, drive_options)
         assert folder_of(reader) == new_folder
@@ -406,7 +394,9 @@ def test_two_namesakes_that_cannot_be_told_apart_are_refused_by_id(
             None,
             timeout=10,
         )
-        store.api.set_properties(made["id"], {}, keep_modified=stamp, timeout=10)
+        store.api.update_metadata(
+            made["id"], properties={}, keep_modified=stamp, timeout=10
+        )
         twins.append(folder)
     store.api.delete(folder_of(store), timeout=10)
     with pytest.raises(AmbiguousRunFolderError) as refused:

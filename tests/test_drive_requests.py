@@ -130,13 +130,7 @@ def test_every_request_of_a_runs_life_is_one_drive_defines(
     store = open_store(drive_run_dir, drive_options)
     store._run_folder(create=True, timeout=10)
     index = store.folder.index_id
-    store.api.call(
-        "PATCH",
-        f"/drive/v3/files/{index}",
-        params={"fields": "id"},
-        json={"trashed": True},
-        timeout=10,
-    )
+    store.api.update_metadata(index, trashed=True, timeout=10)
     open_store(drive_run_dir, drive_options).write(
         "heartbeat/00000001.json", b"b", create_only=False, write_id=""
     )  # restores the index

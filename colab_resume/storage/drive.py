@@ -226,8 +226,11 @@ class DriveStore(Store):
             log.warning(
                 "storage: %s was in the Drive trash; restored it", self.path(rel)
             )
-            self.api.untrash(
-                file_id, keep_modified=str(raw["modifiedTime"]), timeout=timeout
+            self.api.update_metadata(
+                file_id,
+                trashed=False,
+                keep_modified=str(raw["modifiedTime"]),
+                timeout=timeout,
             )
         with self._lock:
             self._proven[file_id] = rel

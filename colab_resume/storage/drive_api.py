@@ -217,21 +217,28 @@ class DriveApi:
         )
         return str(reply["id"])
 
-    def set_properties(
+    def update_metadata(
         self,
         file_id: str,
-        properties: dict[str, str],
         *,
+        properties: dict[str, str] | None = None,
+        trashed: bool | None = None,
         keep_modified: str | None = None,
         timeout: float | None,
     ) -> None:
-        """Add ``appProperties`` to a file (metadata only: no new revision).
+        """Change a file's metadata (no new revision of its content).
 
         Args:
+            properties: ``appProperties`` to add (Drive merges them by key).
+            trashed: move the file into the Drive trash, or out of it.
             keep_modified: the file's ``modifiedTime`` to keep (Drive would
-                otherwise stamp the change), where stamps mean something.
+                stamp the change), where its stamps mean something.
         """
-        body: dict[str, Any] = {"appProperties": properties}
+        body: dict[str, Any] = {}
+        if properties is not None:
+            body["appProperties"] = properties
+        if trashed is not None:
+            body["trashed"] = trashed
         if keep_modified is not None:
             body["modifiedTime"] = keep_modified
         self.call(
@@ -239,18 +246,6 @@ class DriveApi:
             f"/drive/v3/files/{file_id}",
             params={"fields": "id", **ALL_DRIVES},
             json=body,
-            timeout=timeout,
-        )
-
-    def untrash(
-        self, file_id: str, *, keep_modified: str, timeout: float | None
-    ) -> None:
-        """Take a file back out of the Drive trash, its ``modifiedTime`` kept."""
-        self.call(
-            "PATCH",
-            f"/drive/v3/files/{file_id}",
-            params={"fields": "id", **ALL_DRIVES},
-            json={"trashed": False, "modifiedTime": keep_modified},
             timeout=timeout,
         )
 

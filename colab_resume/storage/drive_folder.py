@@ -200,8 +200,11 @@ class RunFolder:
             "storage: %s: the run's index was in the Drive trash; restored it",
             self.url,
         )
-        self.api.untrash(
-            index_id, keep_modified=str(raw["modifiedTime"]), timeout=timeout
+        self.api.update_metadata(
+            index_id,
+            trashed=False,
+            keep_modified=str(raw["modifiedTime"]),
+            timeout=timeout,
         )
 
     def _use_proof(self, timeout: float | None) -> bool:
@@ -347,7 +350,9 @@ class RunFolder:
             if any(raw.get("name") in _RUN_NAMES for raw in listing):
                 raise self._copied(folder)
             run_id = proof.new_run_id()
-            self.api.set_properties(folder, {proof.RUN_KEY: run_id}, timeout=timeout)
+            self.api.update_metadata(
+                folder, properties={proof.RUN_KEY: run_id}, timeout=timeout
+            )
             self.run_id = run_id
             return
         entries = self._read_index(str(index["id"]), timeout)
@@ -369,13 +374,15 @@ class RunFolder:
             raise self._copied(folder)
         run_id = proof.new_run_id()
         for rel, raw in [(INDEX_NAME, index), *mine.items()]:
-            self.api.set_properties(
+            self.api.update_metadata(
                 str(raw["id"]),
-                proof.stamp(run_id, rel),
+                properties=proof.stamp(run_id, rel),
                 keep_modified=str(raw["modifiedTime"]),
                 timeout=timeout,
             )
-        self.api.set_properties(folder, {proof.RUN_KEY: run_id}, timeout=timeout)
+        self.api.update_metadata(
+            folder, properties={proof.RUN_KEY: run_id}, timeout=timeout
+        )
         self.run_id = run_id
         log.info(
             "storage: %s: stamped %d files with the run's proof", self.url, len(mine)

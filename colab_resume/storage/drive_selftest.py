@@ -65,13 +65,7 @@ def _app_properties(scratch: Scratch) -> str:
 
 def _trash(scratch: Scratch) -> str:
     store, file_id = _file_of(scratch, "trashed.json")
-    store.api.call(
-        "PATCH",
-        f"/drive/v3/files/{file_id}",
-        params={"fields": "id"},
-        json={"trashed": True},
-        timeout=60,
-    )
+    store.api.update_metadata(file_id, trashed=True, timeout=60)
     listed = store.api.children(
         f"'{store.folder.folder_id}' in parents and trashed = false",
         "id",
