@@ -16,6 +16,7 @@ import json
 import logging
 import pathlib
 import random
+import time
 import urllib.request
 
 import pytest
@@ -296,15 +297,19 @@ def test_a_damaged_first_upload_is_removed_and_the_run_folder_is_sound(
 # --- rule 4: fencing survives the loss of any one file ------------------------
 
 
-def test_an_index_trashed_under_a_live_holder_admits_no_second_writer(
-    drive_run_dir, drive_options
+@pytest.mark.parametrize("loss", ["trashed", "deleted"])
+def test_an_index_lost_under_a_live_holder_admits_no_second_writer(
+    loss, drive_run_dir, drive_options
 ) -> None:
     holder_storage = Storage(drive_run_dir, drive_options)
     holder = RunSession.open(holder_storage, SessionOptions(heartbeat_seconds=1))
     try:
         store = holder_storage.store
         assert isinstance(store, DriveStore)
-        trash(store, index_id(store))
+        if loss == "trashed":
+            trash(store, index_id(store))
+        else:
+            store.api.delete(index_id(store), timeout=10)
         other = Storage(drive_run_dir, drive_options)
         with pytest.raises(RunInUseError):
             RunSession.open(
@@ -313,6 +318,16 @@ def test_an_index_trashed_under_a_live_holder_admits_no_second_writer(
                 identity=lambda: None,  # another machine: judged by beats
             )
         assert not other.exists(rundir.lease_path(2))
+        # The holder's beats mend the index: restored, or rebuilt with its lease.
+        deadline = time.monotonic() + 60
+        while True:
+            fresh = open_store(drive_run_dir, drive_options)
+            fresh._run_folder(create=False, timeout=10)
+            if fresh.folder.damage is None and fresh.folder.trusted:
+                break
+            assert time.monotonic() < deadline, fresh.folder.damage
+            time.sleep(0.2)
+        assert rundir.lease_path(1) in fresh.folder.read(10)
         holder.check()  # never fenced, and still the run's only writer
     finally:
         holder.close()
