@@ -56,7 +56,17 @@ def test_a_skypilot_task_is_a_run_under_the_base_dir():
     odd = run_dir_from_environment(
         {"SKYPILOT_TASK_ID": "a b/../c", "COLAB_RESUME_BASE_DIR": "/runs"}
     )
-    assert odd.run_dir == "/runs/a-b-..-c"  # one path segment, never a traversal
+    assert odd.run_dir.startswith("/runs/a-b-..-c~")  # one segment, no traversal
+    assert "/" not in odd.run_dir[len("/runs/") :]
+
+
+def test_distinct_task_ids_never_share_a_run():
+    ids = ["a/b", "a b", "a-b", "a~b", "タスク", "задача", "..", ".", "", "-x-", "x"]
+    names = [identity.task_folder(task) for task in ids]
+    assert len(set(names)) == len(ids), dict(zip(ids, names))
+    assert identity.task_folder("a-b") == "a-b"  # readable ids stay as they are
+    for name in names:
+        assert name not in (".", "..") and "/" not in name and name
 
 
 def test_a_skypilot_task_without_a_base_dir_says_what_to_set():
@@ -183,6 +193,29 @@ def test_an_unreachable_metadata_server_is_retried_quietly():
     finally:
         watcher.stop()
     assert seen == []
+
+
+def test_broken_answers_never_end_the_watch(monkeypatch, caplog):
+    """Answers that are not HTTP, or cut short, are logged and watched past:
+    the real notice that follows is still acted on."""
+    steering, events = Steering(), cr.EventLog()
+    with MetadataServer() as server:
+        server.break_answers(*["not-http", "short"] * 3)
+        with caplog.at_level(logging.DEBUG, logger="colab_resume.launch.notices"):
+            watcher = notices.NoticeWatcher(
+                lambda path, value, asked: steering.preempt(value),
+                host=server.host,
+                retry_seconds=0.05,
+            ).start()
+            try:
+                wait_for(lambda: not server.broken, 30, "every broken answer sent")
+                server.set(notices.PREEMPTED, "TRUE")
+                wait_for(lambda: steering.preempted, 30, "the notice after them")
+                assert all(t.is_alive() for t in watcher._threads)
+            finally:
+                watcher.stop()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "still watching" in warnings[0].getMessage()
 
 
 # --- exit statuses in one process -----------------------------------------------------

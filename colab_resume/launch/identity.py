@@ -10,7 +10,8 @@ which takes the first of these that is set:
    ``baseOutputDirectory``); the same for every restart of the job.
 3. ``SKYPILOT_TASK_ID`` under ``COLAB_RESUME_BASE_DIR``: SkyPilot keeps the
    task id across a managed job's recoveries, so
-   ``COLAB_RESUME_BASE_DIR/<task id>`` is the same run after each one.
+   ``COLAB_RESUME_BASE_DIR/<task id>`` is the same run after each one (an
+   id with characters a store may not take: :func:`task_folder`).
 
 A variable that is set but empty counts as unset. The choice is logged in
 one line; none set raises :class:`NoRunDirError` naming what was read.
@@ -19,6 +20,7 @@ one line; none set raises :class:`NoRunDirError` naming what was read.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import re
@@ -35,6 +37,7 @@ SKYPILOT = "SKYPILOT_TASK_ID"
 ORDER = (RUN_DIR, VERTEX, f"{SKYPILOT} under {BASE_DIR}")
 # A task id is SkyPilot's, not ours: keep it to characters every store takes.
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 
 
 class NoRunDirError(ColabResumeError, ValueError):
@@ -59,6 +62,22 @@ class RunIdentity:
 
 def _joined(base: str, name: str) -> str:
     return f"{base.rstrip('/')}/{name}"
+
+
+def task_folder(task_id: str) -> str:
+    """The run directory's name for a launcher's task id: one name per id.
+
+    An id of characters every store takes is its own name. Any other is
+    made readable (runs of other characters become ``-``) and given
+    ``~`` and a hash of the whole id: ``~`` is in no name of the first
+    kind, and the hash tells apart ids that read alike (``a/b``, ``a b``),
+    so two tasks never share a run.
+    """
+    if _SAFE.fullmatch(task_id) and task_id not in (".", ".."):
+        return task_id
+    readable = _UNSAFE.sub("-", task_id).strip("-.") or "task"
+    digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{readable[:80]}~{digest[:12]}"
 
 
 def run_dir_from_environment(env: Mapping[str, str] | None = None) -> RunIdentity:
@@ -86,9 +105,9 @@ def run_dir_from_environment(env: Mapping[str, str] | None = None) -> RunIdentit
                 f"task's envs, and the run is {BASE_DIR}/<task id>, the same after "
                 f"every recovery. Or set {RUN_DIR}."
             )
-        name = _UNSAFE.sub("-", get(SKYPILOT)).strip("-.") or "task"
         found = RunIdentity(
-            _joined(get(BASE_DIR), name), f"{SKYPILOT} under {BASE_DIR}"
+            _joined(get(BASE_DIR), task_folder(get(SKYPILOT))),
+            f"{SKYPILOT} under {BASE_DIR}",
         )
     else:
         raise NoRunDirError(

@@ -114,6 +114,8 @@ class NoticeWatcher:
         self._poll = poll_seconds
         self._retry = retry_seconds
         self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._warned = False  # one warning per watcher, then debug lines
         self._threads = [
             threading.Thread(
                 target=self._watch, args=(path,), name=f"notice:{path}", daemon=True
@@ -150,8 +152,11 @@ class NoticeWatcher:
         while not self._stopped.is_set():
             try:
                 value, etag = self._get(path, etag)
-            except (OSError, ValueError) as exc:  # URLError is an OSError
-                log.debug("metadata %s: %s; retrying", path, exc)
+            except Exception as exc:
+                # Anything: a refused connection, an answer that is not HTTP
+                # or cut short (http.client's errors are no OSError). A
+                # watcher that ended here would miss the notice that follows.
+                self._failed(path, exc)
                 etag = None  # start over with a plain read
                 self._stopped.wait(self._retry)
                 continue
@@ -161,6 +166,21 @@ class NoticeWatcher:
             elif value not in acted and not self._stopped.is_set():
                 acted.add(value)
                 self._on_notice(path, value.strip(), asked)
+
+    def _failed(self, path: str, exc: Exception) -> None:
+        """Log a failed read: the first of a watcher's as a warning, then quietly."""
+        with self._lock:
+            first, self._warned = not self._warned, True
+        if first and not isinstance(exc, urllib.error.URLError):
+            log.warning(
+                "metadata server %s: reading %s failed (%s: %s); still watching",
+                self.host,
+                path,
+                type(exc).__name__,
+                exc,
+            )
+        else:
+            log.debug("metadata %s: %s: %s; retrying", path, type(exc).__name__, exc)
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ class MetadataServer:
             "instance/maintenance-event": "NONE",
         }
         self.requests: dict[str, int] = {}
+        self.broken: list[str] = []  # how the next answers break, first first
         self._changed = threading.Condition()
         server = self
 
@@ -57,6 +58,14 @@ class MetadataServer:
             self.values[path] = value
             self._changed.notify_all()
 
+    def break_answers(self, *how: str) -> None:
+        """Break the next answers, one per entry: ``"not-http"`` (bytes that
+        are no HTTP response) or ``"short"`` (a body cut short of its
+        Content-Length); what a restarting metadata server or a proxy in
+        the way can send."""
+        with self._changed:
+            self.broken.extend(how)
+
     def _etag(self, path: str) -> str:
         return hashlib.sha1(self.values[path].encode()).hexdigest()[:16]
 
@@ -72,6 +81,17 @@ class MetadataServer:
         query = urllib.parse.parse_qs(url.query)
         with self._changed:
             self.requests[path] = self.requests.get(path, 0) + 1
+            broken = self.broken.pop(0) if self.broken else None
+        if broken is not None:
+            request.close_connection = True
+            if broken == "not-http":
+                request.wfile.write(b"SSH-2.0-OpenSSH_9.6\r\n")
+            else:
+                request.wfile.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\nETag: cut\r\n\r\nTRU"
+                )
+            return
+        with self._changed:
             if query.get("wait_for_change") == ["true"]:
                 last = query.get("last_etag", [""])[0]
                 timeout = float(query.get("timeout_sec", ["60"])[0])
