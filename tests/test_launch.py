@@ -63,7 +63,7 @@ def test_a_skypilot_task_is_a_run_under_the_base_dir():
 def test_distinct_task_ids_never_share_a_run():
     ids = ["a/b", "a b", "a-b", "a~b", "タスク", "задача", "..", ".", "", "-x-", "x"]
     names = [identity.task_folder(task) for task in ids]
-    assert len(set(names)) == len(ids), dict(zip(ids, names))
+    assert len(set(names)) == len(ids), dict(zip(ids, names, strict=True))
     assert identity.task_folder("a-b") == "a-b"  # readable ids stay as they are
     for name in names:
         assert name not in (".", "..") and "/" not in name and name
@@ -198,7 +198,7 @@ def test_an_unreachable_metadata_server_is_retried_quietly():
 def test_broken_answers_never_end_the_watch(monkeypatch, caplog):
     """Answers that are not HTTP, or cut short, are logged and watched past:
     the real notice that follows is still acted on."""
-    steering, events = Steering(), cr.EventLog()
+    steering = Steering()
     with MetadataServer() as server:
         server.break_answers(*["not-http", "short"] * 3)
         with caplog.at_level(logging.DEBUG, logger="colab_resume.launch.notices"):
