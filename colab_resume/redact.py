@@ -13,8 +13,16 @@ them is a leak into shared storage. So every such text passes through
   (``tokenya29...``); ``Bearer`` and HTTP Basic credentials and whatever
   follows ``Authorization:``; the password of a URL's userinfo
   (``sftp://user:PASSWORD@host``: any fsspec URL can be a run directory);
-  ``access_token`` / ``refresh_token`` / ``private_key`` fields however
-  they are quoted and spaced; PEM private-key blocks in either case.
+  ``access_token`` / ``refresh_token`` / ``private_key`` / ``secret``
+  fields (also camelCase: ``accessToken`` in STS and IAM answers) however
+  they are quoted and spaced; PEM private-key blocks in either case;
+  OAuth client secrets (``GOCSPX-``) and AWS access key ids (an fsspec
+  options repr holds both key and ``secret``); a resumable upload's
+  ``upload_id`` (a bearer capability).
+
+A registered secret is also removed where only its start survives (error
+text cut to a length), from its first :data:`_MIN_SECRET_PREFIX`
+characters on.
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ _SHAPES = re.compile(
         [
             r"(?i:-----BEGIN [A-Z ]*PRIVATE KEY-----).*?"
             r"(?:(?i:-----END [A-Z ]*PRIVATE KEY-----)|$)",
-            r"ya29\.[0-9A-Za-z_\-.]{8,}",
+            r"(?i:ya29)\.[0-9A-Za-z_\-.]{8,}",
+            r"GOCSPX-[0-9A-Za-z_\-]{8,}",
+            r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
             r"1//[0-9A-Za-z_\-]{16,}",
             r"eyJ[0-9A-Za-z_\-]{8,}\.[0-9A-Za-z_\-]{8,}\.[0-9A-Za-z_\-]*",
             r"\b(?i:bearer)\s+[0-9A-Za-z_\-.~+/=]+",
@@ -47,7 +57,8 @@ _SHAPES = re.compile(
 _JOIN = r"""[\s"'\\]*[:=][\s"'\\]*"""
 _VALUE = r"""[^\s"'\\,;}&]+"""
 _FIELDS = re.compile(
-    r"(?i)((?:access|refresh|id)_token|private_key|client_secret|upload_id)"
+    r"(?i)((?:access|refresh|id)_?token|private_?key|client_?secret|upload_?id"
+    r"|(?:aws_)?secret(?:_access)?(?:_?key)?|hmac_?secret|session_?token)"
     rf"({_JOIN})({_VALUE})"
 )
 # The header's scheme ("Basic", "Token", ...) is kept; its credentials go.
@@ -75,6 +86,8 @@ _lock = threading.Lock()
 
 # Shorter strings would redact ordinary words; real tokens are far longer.
 _MIN_SECRET_LENGTH = 8
+# The start of a registered secret that marks the rest as it (cut short).
+_MIN_SECRET_PREFIX = 12
 
 
 def register_secret(value: str) -> None:
@@ -93,6 +106,21 @@ def register_secret(value: str) -> None:
             _secrets.update(forms)
 
 
+def _cut_short(text: str, secret: str) -> str:
+    """``text`` without any run of ``secret``'s leading characters in it."""
+    head = secret[:_MIN_SECRET_PREFIX]
+    start = text.find(head)
+    while start != -1:
+        end = start + len(head)
+        while end < len(text) and end - start < len(secret):
+            if text[end] != secret[end - start]:
+                break
+            end += 1
+        text = text[:start] + REDACTED + text[end:]
+        start = text.find(head, start + len(REDACTED))
+    return text
+
+
 def redact(text: str) -> str:
     """``text`` with every registered secret and credential-shaped string removed."""
     if not text:
@@ -102,6 +130,8 @@ def redact(text: str) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, REDACTED)
+        elif len(secret) > _MIN_SECRET_PREFIX and secret[:_MIN_SECRET_PREFIX] in text:
+            text = _cut_short(text, secret)
     text = _SHAPES.sub(REDACTED, text)
     text = _BASIC.sub(_basic_credentials, text)
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}", text)

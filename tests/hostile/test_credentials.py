@@ -143,6 +143,13 @@ def test_a_token_written_by_an_older_version_is_not_shown(bucket, emulator):
         f"token{GLUED}",
         f"x{GLUED} and refresh1//0gAbCdEfGhIjKlMnOpQrStUv",
         "jwt=xeyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
+        # What the last attack pass still found kept:
+        '{"accessToken": "opaque-value-123456", "expireTime": "..."}',  # STS
+        "client secret GOCSPX-opaque-value-123456 rejected",
+        "{'hmac_secret': 'opaque-value-123456'}",  # a GCS HMAC key
+        "{'key': 'AKIAIOSFODNN7EXAMPLE', 'secret': 'opaque-value-123456'}",
+        f"TOKEN {TOKEN.upper()[:60]}",  # an upper-cased message
+        "PUT ...&upload_id=opaque-value-123456 failed",
     ],
 )
 def test_token_shaped_strings_are_redacted(text):
@@ -155,9 +162,19 @@ def test_token_shaped_strings_are_redacted(text):
         "MIIEvQ",
         "eyJzdWIi",
         TOKEN[5:20],
+        TOKEN.upper()[5:20],
         GLUED[5:20],
+        "AKIAIOSFODNN7",
     ):
         assert secret not in cleaned
+
+
+def test_a_registered_secret_cut_short_is_redacted():
+    """Error text is cut to a length: the secret's start must go too."""
+    secret = "opaque-registered-" + "s3cr" * 10
+    register_secret(secret)
+    cut = f"request with token={secret}"[:50]
+    assert secret[:20] not in redact(cut) and "<redacted>" in redact(cut)
 
 
 def test_redaction_keeps_what_is_not_secret():
