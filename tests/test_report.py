@@ -275,6 +275,11 @@ def test_a_session_killed_after_its_first_commit_is_drawn(tmp_path):
     assert resumed.last_step == 24 and resumed.redone is None
     assert report.deaths == [died]
     assert report.redone_steps == died.last_step - 6
+    redone = died.last_step - 6
+    assert died.describe() == (  # a beat is a lower bound of where it died
+        f"session 1: died, last seen at step {died.last_step} "
+        f"(at least {redone} step{'s' if redone != 1 else ''} redone, from step 6)"
+    )
     assert 6 in report.commits and 24 in report.commits  # 6 pruned, yet known
 
     out = tmp_path / "report.png"
@@ -347,7 +352,7 @@ def test_a_session_killed_after_commits_its_beat_never_showed_ends_at_them(
     assert (died.end, died.first_step, died.last_step) == ("died", 0, saved)
     assert died.commits[-1] == saved and died.redone is None  # nothing after it
     assert (resumed.first_step, resumed.last_step) == (saved, 36)
-    assert died.describe() == f"session 1: died at step {saved}"
+    assert died.describe() == f"session 1: died, last seen at step {saved}"
     assert report.deaths == [died] and report.redone_steps == 0
 
 

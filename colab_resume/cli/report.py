@@ -22,7 +22,7 @@ def report(storage: Storage, output: str) -> str:
     lines = [
         f"wrote {output}: {len(run.history.points)} samples, "
         f"{len(run.sessions)} sessions, {len(run.deaths)} deaths, "
-        f"{run.redone_steps} steps redone"
+        f"at least {run.redone_steps} steps redone"
     ]
     lines += [f"  {session.describe()}" for session in run.sessions]
     lines += [f"warning: {problem}" for problem in run.problems]

@@ -108,12 +108,23 @@ class Session:
         return self.end == DIED
 
     def describe(self) -> str:
-        """``session 1: died at step 46 (steps 40-46 redone)``."""
+        """``session 1: died, last seen at step 46 (at least 6 steps redone)``.
+
+        A dead session's last step is its last sign (a beat, a history
+        sample): it may have trained further before it died, so the steps
+        redone are a lower bound, and said so.
+        """
         text = f"session {self.lease}: {self.end}"
         if self.last_step is not None and self.end != RUNNING:
-            text += f" at step {self.last_step}"
+            seen = ", last seen" if self.died else ""
+            text += f"{seen} at step {self.last_step}"
         if self.redone:
-            text += f" (steps {self.redone[0]}-{self.redone[1]} redone)"
+            count = self.redone[1] - self.redone[0]
+            least = "at least " if self.died else ""
+            text += (
+                f" ({least}{count} step{'s' if count != 1 else ''} redone, "
+                f"from step {self.redone[0]})"
+            )
         return text
 
 
