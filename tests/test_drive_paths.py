@@ -125,3 +125,14 @@ def test_drive_beats_at_its_own_pace_unless_told(
     assert told.options.session.heartbeat_seconds == 5
     local = Agent(str(tmp_path / "run"))
     assert local.options.session.heartbeat_seconds == defaults.HEARTBEAT_SECONDS
+
+
+@pytest.mark.parametrize("text", ['{"type": "service_account"}', "not json at all"])
+@pytest.mark.parametrize("url", ["gdrive://runs/r", "gs://bucket/runs/r"])
+def test_a_malformed_key_file_is_named_with_the_fix(tmp_path, url, text) -> None:
+    key = tmp_path / "key.json"
+    key.write_text(text)
+    with pytest.raises(NoCredentialsError) as refused:
+        Storage(url, {"token": str(key)}).check()
+    assert str(key) in str(refused.value)
+    assert "Add key > JSON" in str(refused.value)

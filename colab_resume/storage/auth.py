@@ -10,6 +10,7 @@ credentials (``google.auth.default()``), which covers Colab after
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Any, TypeGuard
@@ -97,6 +98,9 @@ def gcs_options(storage_options: dict[str, Any]) -> dict[str, Any]:
     token = options.get("token")
     if is_raw_token(token):
         register_secret(token)  # gcsfs takes it as an OAuth access token
+    elif isinstance(token, str) and os.path.isfile(token):
+        # A damaged key is named here, not deep inside gcsfs.
+        load_key_file(token, None, other_kinds=True)
     if "token" not in options:
         if _authenticated is not None:
             options["token"] = _authenticated
@@ -108,6 +112,49 @@ def gcs_options(storage_options: dict[str, Any]) -> dict[str, Any]:
 
 
 _GCSFS_TOKEN_KEYWORDS = ("anon", "google_default", "cloud", "cache", "browser")
+
+
+def load_key_file(
+    path: str, scopes: list[str] | None, *, other_kinds: bool = False
+) -> Any:
+    """The credentials of a key file: a service account's, or a user's.
+
+    Args:
+        other_kinds: a well-formed file of another kind (workload identity
+            federation...) is not ours to judge: None, for the caller's
+            library to load.
+
+    Raises:
+        NoCredentialsError: the file is no usable key; the message names it
+            and how to get a good one.
+    """
+    from google.oauth2 import credentials as user_credentials
+    from google.oauth2 import service_account
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            info = json.load(handle)
+        kind = info.get("type") if isinstance(info, dict) else None
+        if kind == "service_account":
+            return service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+                info, scopes=scopes
+            )
+        if kind == "authorized_user":
+            return user_credentials.Credentials.from_authorized_user_info(  # type: ignore[no-untyped-call]
+                info, scopes
+            )
+        if other_kinds and isinstance(kind, str):
+            return None
+        raise ValueError(f"its type is {kind!r}, not a service account's or a user's")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        # google-auth's MalformedError is a ValueError; json's errors too.
+        raise NoCredentialsError(
+            f"{path} is not a usable Google credentials file "
+            f"({type(exc).__name__}: {redact(str(exc))[:200]}). Download the "
+            f"service account's key again as JSON (Cloud console: IAM & Admin "
+            f"> Service accounts > Keys > Add key > JSON), or pass no token to "
+            f"use the application-default credentials."
+        ) from None
 
 
 def is_raw_token(token: Any) -> TypeGuard[str]:
@@ -215,11 +262,7 @@ def drive_credentials(token: Any) -> Any:
     if token is not None and not isinstance(token, str):
         return token  # google-auth credentials
     if isinstance(token, str) and os.path.exists(token):
-        from google.oauth2 import service_account
-
-        return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
-            token, scopes=DRIVE_SCOPES
-        )
+        return load_key_file(token, DRIVE_SCOPES)
     if isinstance(token, str):
         import google.oauth2.credentials
 
