@@ -11,6 +11,7 @@ lands in the same folder through the Drive API, readable as
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -136,3 +137,35 @@ def test_a_malformed_key_file_is_named_with_the_fix(tmp_path, url, text) -> None
         Storage(url, {"token": str(key)}).check()
     assert str(key) in str(refused.value)
     assert "Add key > JSON" in str(refused.value)
+
+
+def test_a_well_formed_key_file_still_loads(tmp_path) -> None:
+    """A service-account key made here (a fresh RSA key: no real account)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    pem = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        .private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        .decode()
+    )
+    key = tmp_path / "key.json"
+    key.write_text(
+        json.dumps(
+            {
+                "type": "service_account",
+                "project_id": "p",
+                "private_key_id": "1",
+                "private_key": pem,
+                "client_email": "trainer@p.iam.gserviceaccount.com",
+                "token_uri": "https://oauth2.googleapis.com/token",
+            }
+        )
+    )
+    credentials = auth.drive_credentials(str(key))
+    assert credentials.service_account_email == "trainer@p.iam.gserviceaccount.com"
+    assert auth.gcs_options({"token": str(key)})["token"] == str(key)
