@@ -118,3 +118,50 @@ def test_max_attempts_ends_the_retries():
 def test_a_bad_policy_names_its_field(field):
     with pytest.raises(ValueError, match=f"RetryPolicy.{field}"):
         RetryPolicy(**{field: -1})
+
+
+def test_with_no_network_each_retry_is_one_short_line(caplog):
+    """A real refused connection (nothing listens on the port): the agent's
+    hook reports each retry once, short; the storage layer adds no second
+    line of its own."""
+    import logging
+
+    from colab_resume.errors import StorageUnavailableError
+    from colab_resume.storage import Storage
+    from colab_resume.storage.faults import brief
+
+    told: list[str] = []
+
+    def hook(operation, attempt, exc, delay):
+        told.append(f"{operation}: {brief(exc)}; retry {attempt} in {delay:.1f}s")
+
+    storage = Storage(
+        "gs://bucket/runs/r",
+        {"token": "anon", "endpoint_url": "http://127.0.0.1:9"},
+        retry=RetryPolicy(total_seconds=1.0, initial_seconds=0.05, max_seconds=0.1),
+        on_retry=hook,
+    )
+    with caplog.at_level(logging.DEBUG, logger="colab_resume.storage"):
+        with pytest.raises(StorageUnavailableError):
+            storage.exists("run.json")
+    assert told and all(len(line) < 200 for line in told), told
+    assert all("connect" in line.lower() for line in told), told
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in warned if "retry" in r.getMessage()]
+
+
+def test_a_transport_errors_brief_is_its_cause():
+    """requests' text for a refused connection is hundreds of characters."""
+    from colab_resume.storage.faults import brief
+
+    text = (
+        "HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with "
+        "url: /drive/v3/files?q=%27abc%27+in+parents&fields=nextPageToken%2C"
+        "files%28id%29&pageSize=1000 (Caused by NewConnectionError('<urllib3."
+        "connection.HTTPConnection object at 0x7f>: Failed to establish a new "
+        "connection: [Errno 111] Connection refused'))"
+    )
+    assert brief(ConnectionError(text)) == (
+        "ConnectionError: [Errno 111] Connection refused"
+    )
+    assert len(brief(OSError("x" * 1000))) < 200

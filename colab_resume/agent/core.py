@@ -50,6 +50,7 @@ from colab_resume.launch.identity import run_dir_from_environment
 from colab_resume.launch.teardown import run_teardown
 from colab_resume.runtime import Connection
 from colab_resume.storage import Storage
+from colab_resume.storage.faults import brief
 from colab_resume.validate import check_int
 
 log = logging.getLogger(__name__)
@@ -470,7 +471,6 @@ class Agent:
     ) -> None:
         self.events.emit(
             "storage.retry",
-            f"{operation}: {type(exc).__name__}: {str(exc)[:200]}; retry {attempt} "
-            f"in {delay:.1f}s",
+            f"{operation}: {brief(exc)}; retry {attempt} in {delay:.1f}s",
             level="warning",
         )

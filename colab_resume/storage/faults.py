@@ -10,9 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import re
+
+from colab_resume.redact import redact
 
 # HTTP statuses GCS documents as worth retrying.
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+# The cause a transport error buries in its text ("... Max retries exceeded
+# with url: ... (Caused by NewConnectionError(... [Errno 111] Connection
+# refused'))"): the part a person needs.
+_OS_CAUSE = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
+_BRIEF_CHARS = 160
+
+
+def brief(exc: BaseException) -> str:
+    """``exc`` in one short line, credentials removed: for a retry's log line."""
+    text = redact(str(exc))
+    cause = _OS_CAUSE.search(text)
+    if cause is not None:
+        text = cause.group(0).strip()
+    elif len(text) > _BRIEF_CHARS:
+        text = text[: _BRIEF_CHARS - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def http_status(exc: BaseException) -> int | None:

@@ -17,7 +17,7 @@ from typing import TypeVar
 from colab_resume.errors import StorageUnavailableError
 from colab_resume.redact import redact
 from colab_resume.retry import RetriesExhausted, RetryPolicy, retry_call
-from colab_resume.storage.faults import is_transient, is_unauthenticated
+from colab_resume.storage.faults import brief, is_transient, is_unauthenticated
 
 __all__ = ["RetryHook", "RetryPolicy", "call_with_retry"]
 
@@ -57,11 +57,13 @@ def call_with_retry(
     """
 
     def before_sleep(attempt: int, exc: BaseException, delay: float) -> None:
-        log.warning(
-            "storage: %s failed (%s: %s); retry %d in %.1fs",
+        # One line per retry: where a hook reports it (the agent's event,
+        # itself logged), this log line would say it twice.
+        log.log(
+            logging.DEBUG if on_retry is not None else logging.WARNING,
+            "storage: %s failed (%s); retry %d in %.1fs",
             operation,
-            type(exc).__name__,
-            redact(str(exc)),  # a resumable session's URL is a capability
+            brief(exc),  # short, and without a session URL's capability
             attempt,
             delay,
         )
