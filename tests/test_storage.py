@@ -20,6 +20,7 @@ from faultproxy import fault_proxy as fault_proxy  # the fixture
 from support import Process
 from support.starting import start_together
 
+import colab_resume as cr
 from colab_resume.errors import (
     BucketNotFoundError,
     CorruptRecordError,
@@ -485,3 +486,20 @@ def test_outage_shorter_than_budget_is_ridden_out(
     through_proxy.write_json("heartbeat/00000001.json", {"beat": 1})
     assert fault_proxy.counts["outage"] >= 1
     assert through_proxy.read_json("heartbeat/00000001.json") == {"beat": 1}
+
+
+def test_authenticate_signs_in_only_where_the_run_dir_needs_it(tmp_path, monkeypatch):
+    """The README's cell, for a local run directory off Colab: no sign-in,
+    no credentials looked for (the lookup would fail here)."""
+    from colab_resume.storage import auth
+
+    def no_lookup(*args, **kwargs):
+        raise AssertionError("looked for credentials")
+
+    monkeypatch.setattr(auth, "_default_credentials", no_lookup)
+    assert cr.authenticate(run_dir=str(tmp_path / "runs" / "mnist")) is None
+    assert cr.authenticate(run_dir="memory://runs/mnist") is None
+    for url in ("gs://b/runs/r", "gdrive://runs/r", "/content/drive/MyDrive/runs/r"):
+        assert auth.needs_google_sign_in(url), url
+        with pytest.raises(AssertionError, match="looked for credentials"):
+            cr.authenticate(run_dir=url)

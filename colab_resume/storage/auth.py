@@ -33,7 +33,7 @@ HOW_TO_AUTHENTICATE = (
 )
 
 
-def authenticate(project: str | None = None) -> Any:
+def authenticate(project: str | None = None, *, run_dir: str | None = None) -> Any:
     """Obtain Google credentials for GCS and Drive and make them the default.
 
     In Colab this shows Colab's sign-in prompt
@@ -44,15 +44,23 @@ def authenticate(project: str | None = None) -> Any:
 
     Args:
         project: the GCP project to bill; defaults to the credentials' own.
+        run_dir: sign in only if this run directory needs Google's
+            credentials (``gs://``, ``gdrive://``, a path on the Drive
+            mount); for any other (a local path) do nothing and return
+            None. One cell then serves every run directory.
 
     Returns:
-        The ``google.auth`` credentials now used for ``gs://`` run directories.
+        The ``google.auth`` credentials now used for ``gs://`` run
+        directories (None: ``run_dir`` needs none).
 
     Raises:
         NoCredentialsError: none could be found; the message says how to
             get some.
     """
     global _authenticated
+    if run_dir is not None and not needs_google_sign_in(run_dir):
+        log.info("run_dir %s needs no Google sign-in", run_dir)
+        return None
     if in_colab():
         from google.colab import auth as colab_auth
 
@@ -68,6 +76,15 @@ def authenticate(project: str | None = None) -> Any:
 
 
 GCS_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
+
+
+def needs_google_sign_in(run_dir: str) -> bool:
+    """Whether ``run_dir`` is on Cloud Storage or Google Drive (the mount too)."""
+    from colab_resume.storage.backend import DRIVE_PROTOCOLS, GCS_PROTOCOLS
+    from colab_resume.storage.store import split_url
+
+    protocol, _ = split_url(run_dir)
+    return protocol in GCS_PROTOCOLS + DRIVE_PROTOCOLS
 
 
 def _default_credentials(scopes: list[str] | None = None) -> tuple[Any, str | None]:
