@@ -173,6 +173,13 @@ def test_buttons_set_the_agents_flags(tmp_path):
     assert "not started" in panel.badge.value
 
 
+def test_printed_outside_a_notebook_the_panel_says_how_to_follow_the_run(tmp_path):
+    agent = cr.Agent(str(tmp_path / "run"))
+    shown = str(agent.panel())  # `print(agent.panel())` in a script
+    assert f"colab-resume watch {agent.run_dir}" in shown
+    assert "VBox" not in shown and repr(agent.panel()) == shown
+
+
 def test_a_buttons_notice_lasts_until_the_run_acts(tmp_path):
     agent = cr.Agent(str(tmp_path / "run"))
     panel = agent.panel()

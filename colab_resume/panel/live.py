@@ -54,6 +54,19 @@ class AgentPanel(PanelBox):
             console.panel_shown = True  # its event lines say it all
         self.refresh()
 
+    def __repr__(self) -> str:
+        if self.pump is not None:
+            return str(super().__repr__())
+        # `print(agent.panel())` in a script: a widget's repr helps nobody.
+        url = self.agent.run_dir
+        return (
+            f"colab_resume panel of {url}: it shows in a notebook only. From "
+            f"a terminal, follow the run with `colab-resume watch {url}` (or "
+            f"`colab-resume status {url}`)."
+        )
+
+    __str__ = __repr__
+
     def refresh(self) -> None:
         """Show the agent's state now, then handle waiting clicks."""
         self.show(view(facts_of(self.agent.progress())))
