@@ -103,7 +103,7 @@ def main(run_dir: str | None = None) -> int:
     if importlib.util.find_spec("tensorflow") is None:  # the children need it
         print(
             "The demo trains a model: install TensorFlow first "
-            "(pip install 'colab-resume[tf]')."
+            "(pip install tensorflow)."
         )
         return 2
     import numpy as np

@@ -13,7 +13,7 @@ two processes of two devices each, gloo collectives, a coordinator on
    resume from the last committed step and finish with final weights
    bitwise equal to the reference.
 
-Needs JAX and Keras (``pip install 'colab-resume[jax]'``), no TensorFlow.
+Needs JAX and Keras (``pip install jax keras``), no TensorFlow.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def main(run_dir: str | None = None) -> int:
     if importlib.util.find_spec("jax") is None or not importlib.util.find_spec("keras"):
         print(
             "The multi-process demo trains on JAX: install it first "
-            "(pip install 'colab-resume[jax]')."
+            "(pip install jax keras)."
         )
         return 2
     import numpy as np

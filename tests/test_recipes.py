@@ -129,3 +129,49 @@ def test_kaggle_notes_run_the_same_script_on_jax():
     assert 'os.environ["KERAS_BACKEND"] = "jax"' in notes
     assert identity.RUN_DIR in notes and "/kaggle/working" in notes
     assert "UserSecretsClient" in notes
+
+
+# Where install lines live: what a user copies.
+_INSTALL_DOCS = ("README.md", "docs", "notebooks", "examples")
+_NAMED = re.compile(r"""pip install[^\n#]*?(?<![\w./-])['"]?colab-resume\b""")
+
+
+def _documents():
+    for top in _INSTALL_DOCS:
+        path = os.path.join(ROOT, top)
+        if os.path.isfile(path):
+            yield path
+        for folder, _, files in os.walk(path):
+            for name in files:
+                if name.endswith((".md", ".ipynb", ".yaml", ".yml", "Dockerfile")):
+                    yield os.path.join(folder, name)
+
+
+def test_no_install_line_names_an_index_the_package_is_not_on():
+    """colab-resume is not on PyPI: a line that installs it by name from an
+    index would fail, or install whatever squats the name. Such a line is
+    only ever the "once published" form, said on the same line."""
+    wrong = []
+    for path in _documents():
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if _NAMED.search(line) and "publish" not in line:
+                    wrong.append(
+                        f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}"
+                    )
+    assert wrong == []
+
+
+def test_the_container_recipes_ship_their_dockerfile():
+    dockerfile = os.path.join(EXAMPLES, "docker", "Dockerfile")
+    with open(dockerfile, encoding="utf-8") as handle:
+        text = handle.read()
+    assert "COPY examples" in text and "pip install --no-cache-dir ." in text
+    for recipe in ("vertex/custom_job.yaml", "jobset/jobset.yaml"):
+        with open(os.path.join(EXAMPLES, recipe), encoding="utf-8") as handle:
+            assert "examples/docker/Dockerfile" in handle.read(), recipe
+
+
+def test_the_kaggle_notes_install_the_wheel():
+    with open(os.path.join(EXAMPLES, "kaggle", "README.md"), encoding="utf-8") as f:
+        assert "!pip install -q /kaggle/input/" in f.read()

@@ -43,7 +43,7 @@ def import_tensorflow(info: RuntimeInfo | None = None) -> ModuleType:
                 f"build: {tpu_install_command(None)}"
             )
         else:
-            fix = "Install it with: pip install 'colab-resume[tf]'"
+            fix = "Install it with: pip install tensorflow"
         raise TensorFlowNotInstalledError(
             f"TensorFlow is not installed ({type(exc).__name__}: {exc}). {fix} ; "
             f"then {RESTART}."

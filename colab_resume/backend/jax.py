@@ -264,7 +264,7 @@ class JaxBackend:
         # TensorFlow is not needed (Colab's TPU runtime has none).
         from colab_resume.backend.install import require_keras
 
-        require_keras("'colab-resume[jax]'")
+        require_keras("jax keras")
 
     def connector(self, accelerator: Accelerator) -> Connector:
         return JaxConnector(accelerator)

@@ -2,7 +2,7 @@
 
 Loss over steps with each session as its own band, deaths, redone gaps and
 recoveries marked, checkpoints as ticks (see :mod:`colab_resume.report.plot`).
-Needs matplotlib (``pip install 'colab-resume[report]'``).
+Needs matplotlib (``pip install matplotlib``).
 """
 
 from __future__ import annotations

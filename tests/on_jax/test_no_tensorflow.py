@@ -112,7 +112,7 @@ def test_restore_without_keras_names_the_jax_install(tmp_path: str) -> None:
     assert result.returncode == 0, result.stderr
     refused, tf = result.stdout.strip().splitlines()[-2:]
     assert refused.startswith("REFUSED Keras is not installed"), refused
-    assert "pip install 'colab-resume[jax]'" in refused
+    assert "pip install jax keras" in refused
     assert "TensorFlow" not in refused and "[tf]" not in refused
     assert tf == "TF False"
     assert not os.path.exists(run_dir)  # no lease taken
