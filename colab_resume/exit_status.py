@@ -14,6 +14,10 @@ STOPPED    5      nothing: someone asked it to stop (``stop()``, the panel);
                   the same number ``colab-resume watch`` uses for STOPPED
 RESTART    75     restart every process of the job: a peer host of a
                   multi-host run died (``EX_TEMPFAIL``: try again)
+MISMATCH   78     do not restart: the processes of one multi-host run were
+                  started with different settings (run directory, options,
+                  epochs, model); every process names the setting and each
+                  process's value (``EX_CONFIG``). Fix the launch
 (134)      134    not ours: in a multi-process JAX job, the survivors of the
                   coordinator's (process 0's) death are aborted by JAX itself
                   (SIGABRT) before any Python code runs. A launcher of a
@@ -32,6 +36,7 @@ COMPLETED = 0
 FAILED = 1
 STOPPED = 5
 RESTART = 75
+MISMATCH = 78
 PREEMPTED = 143
 
 NAMES = {
@@ -39,8 +44,24 @@ NAMES = {
     FAILED: "FAILED",
     STOPPED: "STOPPED",
     RESTART: "RESTART",
+    MISMATCH: "MISMATCH",
     PREEMPTED: "PREEMPTED",
 }
+
+
+class ProcessesDisagree(SystemExit):
+    """The processes of one run were started with different settings: exit
+    :data:`MISMATCH`, which no launcher should restart on (a restart would
+    start them the same way again). The message names the setting and each
+    process's value; it was printed to stderr and is the run's error.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(MISMATCH)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class Preempted(SystemExit):

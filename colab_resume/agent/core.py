@@ -134,6 +134,10 @@ class Agent:
             cpu_devices=self.options.connect.cpu_replicas,
             prefer=self.options.connect.prefer,
         )
+        if self._loop.multihost is not None:
+            self._loop.multihost.agree_settings(
+                multihost.start_settings(self._storage, self.options)
+            )
         self.model: Any = None
         self.state: dict[str, Any] | None = None
         self._light: LightSession | None = None  # the restore()/callback() path

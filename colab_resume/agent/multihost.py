@@ -146,13 +146,41 @@ class MultiHost:
         self._start_watch()
         return self.lease
 
-    def agree_start(self, step: int, steps_per_epoch: int | None) -> None:
-        """Every process has the same epoch length and restored the same step.
+    def agree_settings(self, settings: dict[str, str]) -> None:
+        """Every process was started with the same ``settings``, or none trains.
+
+        A launcher restarts a job on RESTART, and processes that disagree
+        (another run directory, save cadence, epochs, model) would only
+        meet again in a collective that never completes: so they all end
+        here, at once, with :data:`~colab_resume.exit_status.MISMATCH`,
+        naming the setting and each process's value.
 
         Raises:
-            ClusterError: they disagree (each process's value is named).
+            ProcessesDisagree: they differ (a SystemExit of MISMATCH).
         """
-        jax_distributed.agree("steps_per_epoch", steps_per_epoch or 0)
+        try:
+            jax_distributed.agree_settings(settings)
+        except jax_distributed.SettingsMismatch as exc:
+            message = (
+                f"process {self.index} of {self.count}: {exc}. Every process of "
+                f"one run must be started with the same script and settings; fix "
+                f"the launch (exit {exit_status.MISMATCH}: a restart would start "
+                f"them the same way again)"
+            )
+            self.events.emit("run.settings_differ", message, level="error")
+            print(message, file=sys.stderr, flush=True)
+            raise exit_status.ProcessesDisagree(message) from None
+
+    def agree_start(
+        self, step: int, steps_per_epoch: int | None, settings: dict[str, str]
+    ) -> None:
+        """Every process has the same plan, and restored the same step.
+
+        Raises:
+            ProcessesDisagree: their plans differ (see :meth:`agree_settings`).
+            ClusterError: they restored different steps.
+        """
+        self.agree_settings({**settings, "steps_per_epoch": str(steps_per_epoch or 0)})
         jax_distributed.agree("the step restored from the run directory", step)
         self._next_agree = step + 1
         self._agreed_at = (step, time.monotonic())
@@ -237,7 +265,14 @@ class MultiHost:
         the bound for the watch to confirm it, then end with RESTART. An
         error with every peer alive is the caller's to raise.
         """
-        if isinstance(exc, (KeyboardInterrupt, jax_distributed.ClusterError)):
+        if isinstance(
+            exc,
+            (
+                KeyboardInterrupt,
+                jax_distributed.ClusterError,
+                exit_status.ProcessesDisagree,
+            ),
+        ):
             # Every process raises a disagreement at once: a peer's "failed"
             # beat must not turn this process's error into a RESTART.
             self._failing = True
@@ -394,6 +429,20 @@ def _is_collective_error(exc: BaseException) -> bool:
         mark in text
         for mark in ("Gloo", "Connection closed by peer", "Connection reset by peer")
     )
+
+
+def start_settings(storage: Storage, options: AgentOptions) -> dict[str, str]:
+    """What every process must be started with alike, as it was given."""
+    triggers, kept = options.triggers, options.checkpoints
+    return {
+        "the run directory": storage.url,
+        "save_every_steps": str(triggers.every_steps),
+        "save_every_seconds": str(triggers.every_seconds),
+        "keep": str(kept.keep),
+        "keep_every_steps": str(kept.keep_every_steps),
+        "the checkpoint format": kept.format,
+        "the Keras backend": os.environ.get("KERAS_BACKEND", ""),
+    }
 
 
 def start(

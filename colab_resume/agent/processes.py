@@ -13,15 +13,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import logging
+import math
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from colab_resume.agent.controls import Controls
+from colab_resume.agent.driver import Driver
 from colab_resume.agent.options import AgentOptions
 from colab_resume.checkpoint import CheckpointManager
+from colab_resume.checkpoint.arrays import NotPortableError, portable_groups
+from colab_resume.checkpoint.groups import describe
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
 from colab_resume.launch import notices
@@ -59,8 +65,11 @@ class Processes(Protocol):
         """What turns SIGTERM and preemption notices into a clean stop."""
         ...
 
-    def agree_start(self, step: int, steps_per_epoch: int | None) -> None:
-        """Check every process restored ``step`` (and has the epoch length)."""
+    def agree_start(
+        self, step: int, steps_per_epoch: int | None, settings: dict[str, str]
+    ) -> None:
+        """Check every process has the same plan (``settings``, the epoch
+        length) and restored ``step``."""
         ...
 
     def step_agreement(self) -> tuple[StopAt | None, Agree | None]:
@@ -115,7 +124,9 @@ class OneProcess:
         ):
             yield
 
-    def agree_start(self, step: int, steps_per_epoch: int | None) -> None:
+    def agree_start(
+        self, step: int, steps_per_epoch: int | None, settings: dict[str, str]
+    ) -> None:
         """Nothing to agree with."""
 
     def step_agreement(self) -> tuple[StopAt | None, Agree | None]:
@@ -129,6 +140,27 @@ class OneProcess:
 
 
 ONE_PROCESS = OneProcess()
+
+
+def plan_of(driver: Driver) -> dict[str, str]:
+    """What every process of one run must train alike: its length, its model.
+
+    The model as its variables' names, shapes and dtypes (a digest of them,
+    and their count and size to read); empty where the state is not plain
+    variables (an opaque TensorFlow trackable: JAX never has one).
+    """
+    plan = {"the steps to train (epochs x steps_per_epoch)": str(driver.total_steps)}
+    try:
+        groups = portable_groups(driver.state)
+    except NotPortableError:
+        return plan
+    described = [[group, *describe(v)] for group, vs in groups.items() for v in vs]
+    size = sum(math.prod(shape) for _, _, shape, _ in described)
+    digest = hashlib.sha256(json.dumps(described).encode()).hexdigest()[:12]
+    plan["the model's variables"] = (
+        f"{len(described)} variables, {size:,} values (digest {digest})"
+    )
+    return plan
 
 
 @contextlib.contextmanager

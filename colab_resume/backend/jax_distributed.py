@@ -17,6 +17,7 @@ backend imports JAX. Nothing here imports JAX at module import time.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import socket
 import zlib
@@ -256,6 +257,55 @@ def agree(what: str, value: int) -> int:
             f"same steps_per_epoch and batch size."
         )
     return value
+
+
+class SettingsMismatch(ClusterError):
+    """The processes were started with different values of one setting."""
+
+    def __init__(self, setting: str, values: list[str]) -> None:
+        each = "; ".join(f"process {k}: {v}" for k, v in enumerate(values))
+        super().__init__(f"the processes disagree on {setting} ({each})")
+        self.setting, self.values = setting, values
+
+
+# A setting's value is shown to this length when the processes disagree.
+_SHOWN_BYTES = 240
+
+
+def agree_settings(settings: dict[str, str]) -> None:
+    """Check that every process has the same ``settings`` (name -> value).
+
+    One all-gather of a 63-bit digest per setting; where they differ, one
+    more of that setting's text, so the error names each process's value.
+    Every process calls this with the same names at the same point.
+
+    Raises:
+        SettingsMismatch: the first setting (by name) they disagree on.
+    """
+    if process_count() == 1 or not settings:
+        return
+    names = sorted(settings)
+    rows = allgather_ints([_digest(settings[name]) for name in names])
+    for column, name in enumerate(names):
+        if len({int(row[column]) for row in rows}) > 1:
+            raise SettingsMismatch(name, _gather_text(settings[name]))
+
+
+def _digest(text: str) -> int:
+    raw = hashlib.sha256(text.encode("utf-8", "replace")).digest()[:8]
+    return int.from_bytes(raw, "little") >> 1  # fits an int64
+
+
+def _gather_text(text: str) -> list[str]:
+    """Every process's ``text`` (cut to :data:`_SHOWN_BYTES`), in process order."""
+    data = text.encode("utf-8", "replace")[:_SHOWN_BYTES]
+    lengths = [int(row[0]) for row in allgather_ints([len(data)])]
+    padded = list(data) + [0] * (max(lengths) - len(data))
+    rows = allgather_ints(padded or [0])
+    return [
+        bytes(int(b) for b in row[:n]).decode("utf-8", "replace")
+        for row, n in zip(rows, lengths, strict=True)
+    ]
 
 
 def from_leader(value: int) -> int:

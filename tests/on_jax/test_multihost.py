@@ -412,3 +412,37 @@ def test_per_process_shards_that_disagree_fail_on_every_process(
         assert said[k] in p.text(), p.text()
         assert "process 1: (3, 5) float32" in p.text(), p.text()
         assert not p.steps
+
+
+@pytest.mark.parametrize(
+    ("setting", "second", "said"),
+    [
+        ("the run directory", ("--other-run-dir",), "run2"),
+        ("save_every_seconds", ("--save-every-seconds", "5"), "process 1: 5.0"),
+        (
+            "the steps to train (epochs x steps_per_epoch)",
+            ("--epochs", "2"),
+            "process 0: 18; process 1: 12",
+        ),
+    ],
+    ids=["run-dir", "option", "epochs"],
+)
+def test_processes_started_differently_are_refused_by_name_not_restarted(
+    tmp_path: str, setting: str, second: tuple[str, ...], said: str
+) -> None:
+    """Each process refuses at once with MISMATCH (78: a launcher does not
+    restart on it), naming the setting and both values; nothing trains."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    port = free_port()
+    extra = list(second)
+    other = run_dir
+    if extra == ["--other-run-dir"]:
+        other, extra = str(tmp_path / "run2"), []  # type: ignore[operator]
+    pair = [Proc(run_dir, out, 0, port), Proc(other, out, 1, port, *extra)]
+    codes = [p.wait() for p in pair]
+    assert codes == [exit_status.MISMATCH] * 2, pair[0].text() + pair[1].text()
+    for p in pair:
+        assert f"the processes disagree on {setting}" in p.text(), p.text()
+        assert said in p.text(), p.text()
+        assert not p.steps  # refused before a step
+    assert not os.path.exists(os.path.join(run_dir, rundir.CHECKPOINT_DIR))
