@@ -59,7 +59,33 @@ def test_one_stale_host_makes_the_run_dead_and_names_it(tmp_path: Path) -> None:
     status = cr.inspect(str(run))
     assert status.state == liveness.DEAD
     assert "process 1 on worker-1" in status.detail
-    assert [b.verdict for b in status.processes] == ["alive", "dead"]
+    # Process 0's own beat is fresh, but it cannot go on alone: the lines
+    # say what the run line says.
+    assert [b.verdict for b in status.processes] == ["dead", "dead"]
+    assert "cannot go on alone" in status.processes[0].why
+    session.close()
+
+
+def test_host_lines_follow_a_dead_holder_at_once_and_carry_the_runs_step(
+    tmp_path: Path,
+) -> None:
+    """The coordinator's beat went silent while the per-process beats are
+    still young: DEAD on every line, not "alive" for four more beats."""
+    run, session = slice_run(tmp_path)
+    session.writer.stop()
+    process_beat(run, 1, 0)
+    process_beat(run, 1, 1)
+    status = cr.inspect(str(run))
+    assert status.state == liveness.ALIVE
+    assert [b.step for b in status.processes] == [40, 41]  # none behind the run
+    dead_after = status.dead_after_s
+    assert dead_after is not None
+    old = time.time() - dead_after - 30
+    for path in (rundir.heartbeat_path(1), rundir.lease_path(1)):
+        os.utime(run / path, (old, old))
+    status = cr.inspect(str(run))
+    assert status.state == liveness.DEAD, status.detail
+    assert [b.verdict for b in status.processes] == ["dead", "dead"]
     session.close()
 
 
@@ -130,16 +156,16 @@ def test_status_cli_lists_each_process(
     assert main(["status", str(run)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[0] == ("DEAD" if stale else "ALIVE")
+    want = "DEAD " if stale else "ALIVE"  # process 0 cannot go on alone
     assert any(
-        line.startswith("  process 0: ALIVE host worker-0  step 40") for line in lines
+        line.startswith(f"  process 0: {want} host worker-0  step 40") for line in lines
     ), lines
-    want = "DEAD " if stale else "ALIVE"
     assert any(
         line.startswith(f"  process 1: {want} host worker-1  step 41") for line in lines
     ), lines
     assert main(["status", str(run), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [p["verdict"] for p in shown["processes"]] == (
-        ["alive", "dead"] if stale else ["alive", "alive"]
+        ["dead", "dead"] if stale else ["alive", "alive"]
     )
     session.close()

@@ -152,6 +152,33 @@ def judge(
     return tuple(judged)
 
 
+def follow_run(
+    beats: tuple[HostBeat, ...], *, run_dead: bool, run_step: int | None
+) -> tuple[HostBeat, ...]:
+    """The host lines as the run line judges the run. Pure.
+
+    A process cannot train on without its peers, so once the run is dead
+    (its holder's process is gone, or a host is dead) no process of it is
+    shown alive: its own beat merely has not aged out yet. And processes
+    step in lockstep, so a live one is at the run's step, which a process's
+    own beat (written less often) can trail.
+    """
+    followed = []
+    for beat in beats:
+        if beat.verdict == "alive" and run_dead:
+            beat = dataclasses.replace(
+                beat,
+                verdict="dead",
+                why=f"process {beat.process}: the run is dead, and a process "
+                f"of a multi-process run cannot go on alone",
+            )
+        elif beat.verdict == "alive" and run_step is not None:
+            if beat.step is None or beat.step < run_step:
+                beat = dataclasses.replace(beat, step=run_step)
+        followed.append(beat)
+    return tuple(followed)
+
+
 def dead_host(beats: tuple[HostBeat, ...]) -> str | None:
     """Why the run is dead for one of its hosts; None while every host lives."""
     dead = [b.why for b in beats if b.verdict == "dead"]

@@ -329,6 +329,9 @@ def read_status(
     if problems:
         detail += "; " + "; ".join(problems)
     beat_step = beat.step if beat else None
+    judged = hosts.follow_run(
+        judged, run_dead=state == DEAD, run_step=beat_step if state == ALIVE else None
+    )
     return RunStatus(
         state=state,
         step=trained_step(beat_step, holder.lease, listing),
