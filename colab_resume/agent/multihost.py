@@ -93,6 +93,10 @@ class MultiHost:
         self._next_agree = 1
         self._agreed_at = (0, time.monotonic())
         self._states: dict[int, Any] = {}  # each peer's last beat's state
+        self._hosts: dict[int, str] = {}  # each peer's host, as its beat says
+        # Each peer's last beat mark and when this process saw it change.
+        self._seen: dict[int, tuple[Any, float]] = {}
+        self._failed_since: dict[int, float] = {}
 
     @property
     def index(self) -> int:
@@ -286,9 +290,12 @@ class MultiHost:
             if self._dead_peer is not None or self._all_peers_failed():
                 break
             time.sleep(0.2)
-        if self._dead_peer is not None or _is_collective_error(exc):
+        if self._dead_peer is not None:
+            self._restart(f"process {self._dead_peer} is dead")
+        if _is_collective_error(exc):
             self._restart(
-                f"a collective failed ({type(exc).__name__}: {str(exc)[:160]})"
+                f"a collective failed ({type(exc).__name__}: {str(exc)[:120]}); "
+                f"the peer lost is most likely {self._suspect()}"
             )
 
     # --- beats and the watch ------------------------------------------------------
@@ -302,8 +309,6 @@ class MultiHost:
     def _start_watch(self) -> None:
         if self._thread is not None:
             return
-        self._seen: dict[int, tuple[Any, float]] = {}
-        self._failed_since: dict[int, float] = {}
         self._started = time.monotonic()
         self._beat()
         self._thread = threading.Thread(
@@ -359,6 +364,8 @@ class MultiHost:
             return False
         state = beat.get("state") if isinstance(beat, dict) else None
         self._states[peer] = state
+        if isinstance(beat, dict) and isinstance(beat.get("host"), str):
+            self._hosts[peer] = beat["host"][:100]
         if state == "restart":
             return True
         if state == "failed":
@@ -377,6 +384,26 @@ class MultiHost:
         if isinstance(beat, dict) and beat.get("state") in ("completed", "stopped"):
             return False
         return now - seen[1] > self.options.peer_dead_after_seconds
+
+    def _suspect(self) -> str:
+        """The peer a failed collective most likely lost: the one whose beat
+        moved least recently (by this process's clock), named with its host."""
+        now = time.monotonic()
+        peers = [k for k in range(self.count) if k != self.index]
+
+        def silence(peer: int) -> float:
+            seen = self._seen.get(peer)
+            return now - seen[1] if seen is not None else float("inf")
+
+        peer = max(peers, key=silence)
+        host = self._hosts.get(peer)
+        name = f"process {peer}" + (f" on {host}" if host else "")
+        if peer == 0:
+            name += " (the coordinator)"
+        quiet = silence(peer)
+        if quiet == float("inf"):
+            return f"{name}, never heard from"
+        return f"{name}, whose beat last moved {quiet:.1f}s ago"
 
     def _all_peers_failed(self) -> bool:
         peers = [k for k in range(self.count) if k != self.index]
@@ -471,7 +498,11 @@ def start(
         jax_backend.request_cpu_devices(cpu_devices)
     # JAX's own heartbeat timeout aborts a process: ours must come first.
     timeout = int(max(100.0, 4 * options.peer_dead_after_seconds))
-    facts = jax_distributed.start(cluster, heartbeat_timeout_seconds=timeout)
+    facts = jax_distributed.start(
+        cluster,
+        heartbeat_timeout_seconds=timeout,
+        start_timeout_seconds=options.start_timeout_seconds,
+    )
     jax_distributed.set_data_sharding(options.data_sharding)
     if storage.protocol in LOCAL_SCHEMES and not facts.same_machine:
         raise jax_distributed.ClusterError(

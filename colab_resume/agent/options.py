@@ -53,6 +53,7 @@ _FLAT: dict[str, tuple[str, str]] = {
     "process_id": ("cluster", "process_id"),
     "peer_dead_after_seconds": ("cluster", "peer_dead_after_seconds"),
     "data_sharding": ("cluster", "data_sharding"),
+    "start_timeout_seconds": ("cluster", "start_timeout_seconds"),
 }
 OPTIONS = tuple(_FLAT)
 
@@ -138,6 +139,10 @@ class AgentOptions:
         process_id (int | None): this process's index.
         peer_dead_after_seconds (float): a peer process silent this long is
             dead; the survivors exit with ``exit_status.RESTART`` (75).
+        start_timeout_seconds (float): how long a process waits at start for
+            the others to join (saying whom it awaits, with a countdown)
+            before it exits with ``exit_status.FAILED`` (1), naming what to
+            check (default 300).
         data_sharding (str): what each process's ``make_dataset`` yields in
             a multi-process run. ``"global"`` (default): the global batches,
             the same on every process; the agent feeds each process its

@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
+import logging
 import os
 import socket
+import sys
+import threading
+import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from colab_resume import exit_status
 from colab_resume.validate import check_seconds
 
 KERAS_ADDRESSES = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
@@ -57,6 +63,9 @@ class DistributedOptions:
         peer_dead_after_seconds: a peer whose per-process heartbeat has not
             moved for this long is dead: the survivors exit with
             ``exit_status.RESTART``.
+        start_timeout_seconds: how long a process waits at start for the
+            others to join before it gives up with a message naming what
+            it waited for (JAX's own wait ends in an abort).
         data_sharding: ``"global"``: every process's ``make_dataset``
             yields the global batches and each process is fed its rows;
             ``"per_process"``: each yields only this process's rows, fed as
@@ -68,6 +77,7 @@ class DistributedOptions:
     num_processes: int | None = None
     process_id: int | None = None
     peer_dead_after_seconds: float = 30.0
+    start_timeout_seconds: float = 300.0
     data_sharding: str = "global"
 
     def __post_init__(self) -> None:
@@ -82,6 +92,7 @@ class DistributedOptions:
                 f"distributed must be True, False or None, got {self.distributed!r}."
             )
         check_seconds("peer_dead_after_seconds", self.peer_dead_after_seconds)
+        check_seconds("start_timeout_seconds", self.start_timeout_seconds)
         given = (self.coordinator_address, self.num_processes, self.process_id)
         if any(v is not None for v in given) and None in given:
             raise ValueError(
@@ -172,24 +183,39 @@ class Facts:
     same_machine: bool
 
 
-def start(cluster: Cluster, *, heartbeat_timeout_seconds: int) -> Facts:
+def start(
+    cluster: Cluster,
+    *,
+    heartbeat_timeout_seconds: int,
+    start_timeout_seconds: float = 300.0,
+    say: Callable[[str], None] | None = None,
+) -> Facts:
     """``jax.distributed.initialize`` once per process; what it joined.
 
     CPU collectives go through gloo (JAX's CPU client has no others across
     processes). ``heartbeat_timeout_seconds`` is JAX's own: the agent's peer
     watch must fire before it, because JAX ends a process whose peer it
     declared dead with an abort, not an exit status a launcher can read.
+    While the others have not joined, ``say`` is told who is awaited, with
+    the seconds left (:class:`JoinWait`); past ``start_timeout_seconds`` the
+    process ends with a message instead of JAX's abort.
     """
     import jax
 
     if not is_started():
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(
-            cluster.coordinator_address,
-            cluster.num_processes,
-            cluster.process_id,
-            heartbeat_timeout_seconds=heartbeat_timeout_seconds,
-        )
+        extra: dict[str, Any] = {}
+        signature = inspect.signature(jax.distributed.initialize).parameters
+        if "initialization_timeout" in signature:  # ours ends first
+            extra["initialization_timeout"] = int(start_timeout_seconds) + 30
+        with JoinWait(cluster, start_timeout_seconds, say or _to_stderr):
+            jax.distributed.initialize(
+                cluster.coordinator_address,
+                cluster.num_processes,
+                cluster.process_id,
+                heartbeat_timeout_seconds=heartbeat_timeout_seconds,
+                **extra,
+            )
     host = zlib.crc32(socket.gethostname().encode())
     hosts = allgather_ints([host])
     return Facts(
@@ -199,6 +225,73 @@ def start(cluster: Cluster, *, heartbeat_timeout_seconds: int) -> Facts:
         global_devices=jax.device_count(),
         same_machine=len({int(row[0]) for row in hosts}) == 1,
     )
+
+
+# How often the wait for the other processes says so.
+JOIN_REPORT_SECONDS = 10.0
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class JoinWait:
+    """While ``jax.distributed.initialize`` waits for the other processes:
+    says who is awaited, with a countdown, and ends the process at the bound.
+
+    JAX's own wait ends, after its timeout, in a C++ abort and a stack
+    trace; this says what was awaited and how to fix it, and exits with
+    :data:`~colab_resume.exit_status.FAILED` (a launcher restarting the
+    same launch would wait the same way again).
+    """
+
+    def __init__(
+        self, cluster: Cluster, bound: float, say: Callable[[str], None]
+    ) -> None:
+        self.cluster, self.bound, self.say = cluster, bound, say
+        self._joined = threading.Event()
+        self._thread = threading.Thread(
+            target=self._count_down, name="jax-join-wait", daemon=True
+        )
+
+    def __enter__(self) -> JoinWait:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._joined.set()
+
+    def awaited(self) -> str:
+        """``process 0 of 2: waiting for process 1 at 10.0.0.2:1234``."""
+        count, me = self.cluster.num_processes, self.cluster.process_id
+        where = self.cluster.coordinator_address or "the coordinator JAX found"
+        if count is None or me is None:  # JAX detects them (a TPU pod slice)
+            return f"waiting for the other processes at {where}"
+        others = [str(k) for k in range(count) if k != me]
+        who = ("process " if len(others) == 1 else "processes ") + ", ".join(others)
+        return f"process {me} of {count}: waiting for {who} at {where}"
+
+    def _count_down(self) -> None:
+        started = time.monotonic()
+        # The first line once a join takes longer than a moment.
+        if self._joined.wait(min(2.0, self.bound)):
+            return
+        while True:
+            left = self.bound - (time.monotonic() - started)
+            if left <= 0:
+                break
+            self.say(f"{self.awaited()}; giving up in {left:.0f}s")
+            if self._joined.wait(min(JOIN_REPORT_SECONDS, left)):
+                return
+        self.say(
+            f"{self.awaited()}: they did not join within {self.bound:.0f}s "
+            f"(start_timeout_seconds). Check that every process was started, "
+            f"each with the same coordinator address and process count and its "
+            f"own process id, and that process 0's port is reachable from the "
+            f"others; exiting with {exit_status.FAILED}."
+        )
+        logging.shutdown()
+        os._exit(exit_status.FAILED)
 
 
 def is_started() -> bool:
