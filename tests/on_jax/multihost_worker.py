@@ -122,6 +122,7 @@ def main() -> None:
     parser.add_argument("--loop", choices=("fit", "run", "run-keras"), default="fit")
     parser.add_argument("--data", choices=("global", "per-process"), default="global")
     parser.add_argument("--change-shard", default=None)
+    parser.add_argument("--start-timeout", type=float, default=300.0)
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = "jax"
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -139,6 +140,7 @@ def main() -> None:
             process_id=args.process,
             peer_dead_after_seconds=args.dead_after,
             data_sharding=args.data.replace("-", "_"),
+            start_timeout_seconds=args.start_timeout,
         )
         if args.processes > 1
         else {}

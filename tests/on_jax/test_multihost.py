@@ -446,3 +446,20 @@ def test_processes_started_differently_are_refused_by_name_not_restarted(
         assert said in p.text(), p.text()
         assert not p.steps  # refused before a step
     assert not os.path.exists(os.path.join(run_dir, rundir.CHECKPOINT_DIR))
+
+
+def test_a_peer_that_never_starts_is_named_with_a_countdown_then_given_up(
+    tmp_path: str,
+) -> None:
+    """Process 1 is never started: process 0 says whom it awaits, counts
+    down, and ends with FAILED and what to check (not JAX's abort)."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    port = free_port()
+    alone = Proc(run_dir, out, 0, port, "--start-timeout", "6")
+    assert alone.wait(timeout=120) == exit_status.FAILED, alone.text()
+    text = alone.text()
+    assert f"process 0 of 2: waiting for process 1 at 127.0.0.1:{port}" in text
+    assert "giving up in" in text
+    assert "did not join within 6s (start_timeout_seconds)" in text, text
+    assert "Check that every process was started" in text
+    assert not alone.steps
