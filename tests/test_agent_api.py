@@ -220,7 +220,10 @@ def test_uncompiled_model_is_refused_with_the_fix(tmp_path):
 
 
 def test_dataset_that_is_not_a_dataset_is_refused_with_the_fix(tmp_path):
-    with pytest.raises(DatasetError, match="tf.data.Dataset"):
+    """[X, Y] is two batches of whole arrays: too few, and the fix is named."""
+    with pytest.raises(
+        DatasetError, match=r"A list is read as a list of batches.*tf.data.Dataset"
+    ):
         agent_for(tmp_path / "run").fit(
             build_model, lambda epoch: [X, Y], epochs=1, steps_per_epoch=4, verbose=0
         )

@@ -188,7 +188,9 @@ class Agent:
             build_model: returns a compiled ``keras.Model``; called inside a
                 fresh ``strategy.scope()`` at every start and recovery.
             make_dataset: ``make_dataset(epoch)`` returns a ``tf.data.Dataset``
-                of global batches, the same for the same epoch. It may take a
+                of global batches (TensorFlow), or NumPy batches (a list or
+                generator of ``(x, y)`` tuples, or a ``keras.utils.PyDataset``;
+                either backend), the same for the same epoch. It may take a
                 ``skip`` keyword to skip batches cheaply, index-first.
             epochs: total epochs of the run.
             steps_per_epoch: batches per epoch.

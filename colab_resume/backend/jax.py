@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import itertools
 import os
 import re
 import sys
@@ -29,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from colab_resume.backend import jax_distributed
 from colab_resume.backend.base import CustomLoop, StepHooks
-from colab_resume.dataset_contract import DatasetError, accepts_skip
+from colab_resume.backend.numpy_batches import epoch_batches
+from colab_resume.dataset_contract import DatasetError
 from colab_resume.runtime import diagnose
 from colab_resume.runtime.detect import detect
 from colab_resume.runtime.errors import AcceleratorNotFoundError, LogicalDevicesError
@@ -401,48 +401,29 @@ def numpy_epoch(
     skip: int,
     steps_per_epoch: int,
 ) -> Iterator[Any]:
-    """JAX: ``make_dataset(epoch)``'s NumPy batches after ``skip``, as a generator.
-
-    ``make_dataset`` returns an iterable of batches (tuples or dicts of NumPy
-    arrays) or a ``keras.utils.PyDataset``; no tf.data, so no TensorFlow.
-    Without a ``skip`` keyword the skipped batches are drawn and dropped.
-    Keras' ``fit`` takes the result as a Python generator (a PyDataset's
-    worker processes are not used: its batches are read in order here).
+    """JAX: ``make_dataset(epoch)``'s NumPy batches after ``skip``, as a generator
+    (:func:`colab_resume.backend.numpy_batches.epoch_batches`).
 
     Raises:
         DatasetError: it is a ``tf.data.Dataset``, not iterable, or too short.
     """
-    places_skip = accepts_skip(make_dataset)
-    dataset = make_dataset(epoch, skip=skip) if places_skip else make_dataset(epoch)
-    start = 0 if places_skip else skip
-    wanted = steps_per_epoch - skip
-    if type(dataset).__module__.startswith("tensorflow"):
-        raise DatasetError(
-            f"make_dataset({epoch}) returned a {type(dataset).__name__}; on the JAX "
-            f"backend it must return NumPy batches (a list or generator of (x, y) "
-            f"tuples of arrays, or a keras.utils.PyDataset), so TensorFlow is not "
-            f"needed."
-        )
-    length = _length(dataset)
-    if length is not None and length - start < wanted:
-        raise DatasetError(
-            f"make_dataset({epoch}) yields {length - start + skip} batches but "
-            f"steps_per_epoch is {steps_per_epoch}. Lower steps_per_epoch, or "
-            f"make make_dataset yield more batches."
-        )
-    if _is_py_dataset(dataset):
-        batches: Iterator[Any] = (dataset[i] for i in range(start, start + wanted))
-    else:
-        try:
-            iterator = iter(dataset)
-        except TypeError:
+
+    def refuse_tensorflow(dataset: Any) -> None:
+        if type(dataset).__module__.startswith("tensorflow"):
             raise DatasetError(
-                f"make_dataset({epoch}) returned {type(dataset).__name__}, which is "
-                f"not iterable; on the JAX backend return NumPy batches (a list or "
-                f"generator of (x, y) tuples) or a keras.utils.PyDataset."
-            ) from None
-        batches = itertools.islice(iterator, start, start + wanted)
-    return (batch for batch in batches)  # Keras' fit wants a real generator
+                f"make_dataset({epoch}) returned a {type(dataset).__name__}; on the "
+                f"JAX backend it must return NumPy batches (a list or generator of "
+                f"(x, y) tuples of arrays, or a keras.utils.PyDataset), so "
+                f"TensorFlow is not needed."
+            )
+
+    return epoch_batches(
+        make_dataset,
+        epoch,
+        skip=skip,
+        steps_per_epoch=steps_per_epoch,
+        check=refuse_tensorflow,
+    )
 
 
 def first_batch(make_dataset: Callable[..., Any], epoch: int) -> Any:
@@ -489,19 +470,3 @@ def _fed_devices() -> int:
     if jax_distributed.shards_given():  # this process's rows: its own devices
         return replicas() // jax_distributed.process_count()
     return replicas()
-
-
-def _is_py_dataset(dataset: Any) -> bool:
-    import keras
-
-    return isinstance(dataset, keras.utils.PyDataset)
-
-
-def _length(dataset: Any) -> int | None:
-    if _is_py_dataset(dataset):
-        count = dataset.num_batches
-        return int(count) if count is not None else None
-    try:
-        return len(dataset)
-    except TypeError:
-        return None

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from colab_resume.backend.base import CustomLoop, StepHooks
+from colab_resume.backend.numpy_batches import epoch_batches
 from colab_resume.dataset_contract import DatasetError, accepts_skip
 
 if (
@@ -42,17 +43,17 @@ def epoch_dataset(
     """See :meth:`Backend.epoch_dataset`: a ``tf.data.Dataset`` of the epoch.
 
     Raises:
-        DatasetError: it is not a ``tf.data.Dataset``, or it is too short.
+        DatasetError: it is too short, or neither a ``tf.data.Dataset`` nor
+            NumPy batches (:func:`numpy_dataset`).
     """
     import tensorflow as tf
 
     places_skip = accepts_skip(make_dataset)
     dataset = make_dataset(epoch, skip=skip) if places_skip else make_dataset(epoch)
     if not isinstance(dataset, tf.data.Dataset):
-        raise DatasetError(
-            f"make_dataset({epoch}) returned {type(dataset).__name__}; it must "
-            f"return a tf.data.Dataset of global batches, e.g. "
-            f"tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch_size)."
+        # NumPy batches, as Keras' fit takes them: the same script on both backends.
+        return numpy_dataset(
+            make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
         )
     if not places_skip:
         dataset = dataset.skip(skip)
@@ -64,6 +65,62 @@ def epoch_dataset(
             f".repeat() the dataset inside make_dataset."
         )
     return dataset.take(steps_per_epoch - skip)
+
+
+def numpy_dataset(
+    make_dataset: Callable[..., Any], epoch: int, *, skip: int, steps_per_epoch: int
+) -> Any:
+    """``make_dataset(epoch)``'s NumPy batches after ``skip`` as a ``tf.data.Dataset``.
+
+    Each iteration calls ``make_dataset`` again (a generator is read once),
+    which the dataset contract allows: the same batches for the same epoch
+    on every call. The element spec is the first batch's, its batch
+    dimension left open.
+
+    Raises:
+        DatasetError: not batches, too short, or no batch at all.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    def batches() -> Any:
+        for batch in epoch_batches(
+            make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
+        ):
+            yield _tuples(batch)
+
+    first = next(batches(), None)
+    if first is None:
+        raise DatasetError(
+            f"make_dataset({epoch}) returned no batch; it must return a "
+            f"tf.data.Dataset of global batches, or NumPy batches (a list or "
+            f"generator of (x, y) tuples of arrays, or a keras.utils.PyDataset)."
+        )
+    try:
+        spec = tf.nest.map_structure(
+            lambda a: tf.TensorSpec(
+                (None, *np.shape(a)[1:]), tf.as_dtype(np.asarray(a).dtype)
+            ),
+            first,
+        )
+    except (TypeError, ValueError) as exc:
+        raise DatasetError(
+            f"make_dataset({epoch}) yields batches of {type(first).__name__}, "
+            f"not arrays ({exc}); return a tf.data.Dataset, or (x, y) tuples of "
+            f"NumPy arrays."
+        ) from None
+    return tf.data.Dataset.from_generator(batches, output_signature=spec)
+
+
+def _tuples(batch: Any) -> Any:
+    """Lists as tuples, all the way down: tf.data's structures are tuples."""
+    if isinstance(batch, list):
+        return tuple(_tuples(part) for part in batch)
+    if isinstance(batch, tuple):
+        return tuple(_tuples(part) for part in batch)
+    if isinstance(batch, dict):
+        return {key: _tuples(part) for key, part in batch.items()}
+    return batch
 
 
 def check_global_batch(dataset: Any, replicas: int, epoch: int) -> None:

@@ -159,6 +159,8 @@ def main() -> int:
     parser.add_argument("--unavailable-at-step", type=int)
     parser.add_argument("--per-replica-batch", type=int)
     parser.add_argument("--loop", choices=("fit", "run", "light"), default="fit")
+    # The NumPy batches on TensorFlow too: one script for both backends.
+    parser.add_argument("--numpy-data", action="store_true")
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = args.backend
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -209,7 +211,7 @@ def main() -> int:
     if args.loop == "run":
         state = agent.run(
             build_state(not args.no_dropout),
-            dataset_maker(args.backend, batch),
+            dataset_maker("jax" if args.numpy_data else args.backend, batch),
             jax_train_step(),
             total_steps=EPOCHS * STEPS_PER_EPOCH,
             steps_per_epoch=STEPS_PER_EPOCH,
@@ -220,7 +222,7 @@ def main() -> int:
     else:
         agent.fit(
             build_model(not args.no_dropout),
-            dataset_maker(args.backend, batch),
+            dataset_maker("jax" if args.numpy_data else args.backend, batch),
             epochs=EPOCHS,
             steps_per_epoch=STEPS_PER_EPOCH,
             verbose=0,

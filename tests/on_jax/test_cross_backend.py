@@ -143,6 +143,23 @@ def test_jax_two_replicas_finishes_on_tensorflow_with_one(
     )
 
 
+def test_one_script_of_numpy_batches_finishes_on_tensorflow(
+    reference: dict[str, np.ndarray], tf_python: str, tmp_path: os.PathLike[str]
+) -> None:
+    """The JAX run's make_dataset (a list of NumPy batches), unchanged, on
+    TensorFlow: accepted as Keras' fit accepts it, and the run continues."""
+    arrays, result = continue_elsewhere(
+        tmp_path,
+        ("--kill-at-step", str(KILL_AT)),
+        ("--backend", "tensorflow", "--replicas", "1", "--numpy-data"),
+        second_python=tf_python,
+    )
+    assert result["tensorflow_imported"] is True
+    assert_continued(
+        arrays, result, reference, "backend jax -> tensorflow", "replicas 2 -> 1"
+    )
+
+
 def test_tensorflow_finishes_on_jax(
     tf_reference: dict[str, np.ndarray], tf_python: str, tmp_path: os.PathLike[str]
 ) -> None:
