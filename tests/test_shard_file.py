@@ -159,3 +159,25 @@ def test_the_bytes_read_are_the_bytes_the_manifest_lists(shard):
     open(shard, "wb").write(raw + b"\0")
     with pytest.raises(DamagedShardError, match="bytes on the local disk"):
         read_arrays(shard, entry=entry)
+
+
+def test_a_header_claiming_what_the_file_cannot_hold_is_refused_before_reading_it(
+    tmp_path,
+):
+    """A 1 GiB file (sparse: no disk used) whose header claims more than it
+    holds: refused from the header alone, the body never read into memory."""
+    import tracemalloc
+
+    path = str(tmp_path / "big.safetensors")
+    header = {"w": {"dtype": "F32", "shape": [1 << 29], "data_offsets": [0, 1 << 31]}}
+    _write(path, header, b"")
+    with open(path, "r+b") as f:
+        f.truncate(1 << 30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DamagedShardError, match="claims bytes"):
+            read_arrays(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak / 2**20:.0f} MiB held to refuse it"

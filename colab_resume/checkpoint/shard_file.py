@@ -111,6 +111,10 @@ def read_views(
                 f"{path}: header of {length} bytes, more than the "
                 f"{max_header_bytes} a shard of this checkpoint's tensors needs"
             )
+        # The header first, and every entry checked against the file: a
+        # header that claims what the file cannot hold is refused before the
+        # whole file is read into memory.
+        entries = _entries(path, handle.read(length), dtype_of, actual - start)
         handle.seek(0)
         buffer, checksum = _read_checked(handle, actual, path)
     if crc32c is not None and checksum != crc32c:
@@ -118,13 +122,39 @@ def read_views(
             f"{path}: CRC32C {checksum} on the local disk, its manifest says "
             f"{crc32c} (the file changed after its download was checked)"
         )
+    if bytes(buffer[_HEADER_LENGTH.size : start]) != entries.raw:
+        raise DamagedShardError(f"{path}: its header changed while it was read")
+    arrays: dict[str, Any] = {}
+    for name, (dtype, shape, begin) in entries.tensors.items():
+        count = math.prod(shape)
+        view = np.frombuffer(buffer, dtype=dtype, count=count, offset=start + begin)
+        # A tuple shape: reshape([]) would leave a scalar as shape (1,).
+        arrays[name] = view.reshape(shape)
+    return arrays
+
+
+class _Entries:
+    """A header's tensors, checked: name -> (dtype, shape, first byte)."""
+
+    def __init__(
+        self, raw: bytes, tensors: dict[str, tuple[Any, tuple[int, ...], int]]
+    ):
+        self.raw, self.tensors = raw, tensors
+
+
+def _entries(
+    path: str, raw: bytes, dtype_of: Callable[[str], Any], body: int
+) -> _Entries:
+    """The header ``raw`` parsed, each entry checked against ``body`` bytes."""
+    import numpy as np
+
     try:
-        header = json.loads(buffer[_HEADER_LENGTH.size : start].tobytes())
+        header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise DamagedShardError(f"{path}: unreadable header ({exc})") from None
     if not isinstance(header, dict):
         raise DamagedShardError(f"{path}: the header is not a JSON object")
-    arrays: dict[str, Any] = {}
+    tensors: dict[str, tuple[Any, tuple[int, ...], int]] = {}
     for name, entry in header.items():
         if name == "__metadata__":
             continue
@@ -137,17 +167,13 @@ def read_views(
                 f"this version writes holds"
             ) from None
         count = math.prod(shape)
-        if not 0 <= begin <= end <= actual - start or end - begin != (
-            count * dtype.itemsize
-        ):
+        if not 0 <= begin <= end <= body or end - begin != count * dtype.itemsize:
             raise DamagedShardError(
                 f"{path}: tensor {name} ({code}{list(shape)}) claims bytes "
-                f"{begin}..{end} of the {actual - start} after the header"
+                f"{begin}..{end} of the {body} after the header"
             )
-        view = np.frombuffer(buffer, dtype=dtype, count=count, offset=start + begin)
-        # A tuple shape: reshape([]) would leave a scalar as shape (1,).
-        arrays[name] = view.reshape(shape)
-    return arrays
+        tensors[name] = (dtype, shape, begin)
+    return _Entries(raw, tensors)
 
 
 def _entry(path: str, name: str, entry: Any) -> tuple[str, tuple[int, ...], int, int]:
