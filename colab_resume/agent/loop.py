@@ -56,7 +56,7 @@ from colab_resume.agent.driver import Driver
 from colab_resume.agent.light import LightSession
 from colab_resume.agent.multihost import MultiHost
 from colab_resume.agent.options import AgentOptions
-from colab_resume.agent.processes import ONE_PROCESS, Processes, plan_of
+from colab_resume.agent.processes import ONE_PROCESS, Processes
 from colab_resume.agent.progress import Progress, ProgressTracker
 from colab_resume.agent.steps import StepDuties, StepHook
 from colab_resume.backend.accelerator import Accelerator
@@ -369,8 +369,7 @@ class RunLoop:
         info = manager.restore(state, prefetch=prefetch)
         epoch_length.check(info, driver.steps_per_epoch)
         start = driver.restored(info)
-        plan = plan_of(driver) if self.multihost is not None else {}
-        self.processes.agree_start(start, driver.steps_per_epoch, plan)
+        self.processes.agree_start(start, driver)
         return info, start
 
     def announce_runtime(self, info: RestoredInfo) -> None:

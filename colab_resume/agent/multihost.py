@@ -41,8 +41,9 @@ from typing import Any
 
 from colab_resume import exit_status
 from colab_resume.agent.controls import Controls
+from colab_resume.agent.driver import Driver
 from colab_resume.agent.options import AgentOptions
-from colab_resume.agent.processes import Agree, StopAt
+from colab_resume.agent.processes import Agree, StopAt, first_batch_of, plan_of
 from colab_resume.backend import jax_distributed
 from colab_resume.backend.jax_distributed import DistributedOptions, Facts
 from colab_resume.checkpoint import CheckpointManager
@@ -175,16 +176,20 @@ class MultiHost:
             print(message, file=sys.stderr, flush=True)
             raise exit_status.ProcessesDisagree(message) from None
 
-    def agree_start(
-        self, step: int, steps_per_epoch: int | None, settings: dict[str, str]
-    ) -> None:
+    def agree_start(self, step: int, driver: Driver) -> None:
         """Every process has the same plan, and restored the same step.
+
+        The plan: :func:`~colab_resume.agent.processes.plan_of`, and where
+        every process yields the global batches, the first batch's shapes.
 
         Raises:
             ProcessesDisagree: their plans differ (see :meth:`agree_settings`).
             ClusterError: they restored different steps.
         """
-        self.agree_settings({**settings, "steps_per_epoch": str(steps_per_epoch or 0)})
+        plan = plan_of(driver)
+        if not jax_distributed.shards_given():  # per-process rows: checked as fed
+            plan.update(first_batch_of(driver))
+        self.agree_settings(plan)
         jax_distributed.agree("the step restored from the run directory", step)
         self._next_agree = step + 1
         self._agreed_at = (step, time.monotonic())

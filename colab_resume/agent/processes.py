@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from colab_resume.agent.controls import Controls
 from colab_resume.agent.driver import Driver
 from colab_resume.agent.options import AgentOptions
+from colab_resume.backend.numpy_batches import epoch_batches
 from colab_resume.checkpoint import CheckpointManager
 from colab_resume.checkpoint.arrays import NotPortableError, portable_groups
 from colab_resume.checkpoint.groups import describe
@@ -65,11 +66,9 @@ class Processes(Protocol):
         """What turns SIGTERM and preemption notices into a clean stop."""
         ...
 
-    def agree_start(
-        self, step: int, steps_per_epoch: int | None, settings: dict[str, str]
-    ) -> None:
-        """Check every process has the same plan (``settings``, the epoch
-        length) and restored ``step``."""
+    def agree_start(self, step: int, driver: Driver) -> None:
+        """Check every process has ``driver``'s plan (:func:`plan_of`) alike
+        and restored ``step``."""
         ...
 
     def step_agreement(self) -> tuple[StopAt | None, Agree | None]:
@@ -124,9 +123,7 @@ class OneProcess:
         ):
             yield
 
-    def agree_start(
-        self, step: int, steps_per_epoch: int | None, settings: dict[str, str]
-    ) -> None:
+    def agree_start(self, step: int, driver: Driver) -> None:
         """Nothing to agree with."""
 
     def step_agreement(self) -> tuple[StopAt | None, Agree | None]:
@@ -142,6 +139,32 @@ class OneProcess:
 ONE_PROCESS = OneProcess()
 
 
+def first_batch_of(driver: Driver) -> dict[str, str]:
+    """The shapes of ``make_dataset(0)``'s first batch, as a plan entry (none
+    where it cannot be read: training reports that itself)."""
+    make = getattr(driver, "make_dataset", None)
+    if make is None:
+        return {}
+    try:
+        batch = next(epoch_batches(make, 0, skip=0, steps_per_epoch=1), None)
+    except Exception:  # the dataset's own error comes when training reads it
+        return {}
+    if batch is None:
+        return {}
+    return {"the first batch's shapes": _shapes(batch)}
+
+
+def _shapes(batch: Any) -> str:
+    if isinstance(batch, dict):
+        parts = ", ".join(f"{k}: {_shapes(v)}" for k, v in sorted(batch.items()))
+        return "{" + parts + "}"
+    if isinstance(batch, (list, tuple)):
+        return "(" + ", ".join(_shapes(part) for part in batch) + ")"
+    shape = getattr(batch, "shape", None)
+    dtype = getattr(batch, "dtype", None)
+    return f"{list(shape)} {dtype}" if shape is not None else type(batch).__name__
+
+
 def plan_of(driver: Driver) -> dict[str, str]:
     """What every process of one run must train alike: its length, its model.
 
@@ -149,7 +172,10 @@ def plan_of(driver: Driver) -> dict[str, str]:
     and their count and size to read); empty where the state is not plain
     variables (an opaque TensorFlow trackable: JAX never has one).
     """
-    plan = {"the steps to train (epochs x steps_per_epoch)": str(driver.total_steps)}
+    plan = {
+        "the steps to train (epochs x steps_per_epoch)": str(driver.total_steps),
+        "steps_per_epoch": str(driver.steps_per_epoch or 0),
+    }
     try:
         groups = portable_groups(driver.state)
     except NotPortableError:
