@@ -28,7 +28,7 @@ _NAMES = (
     "recovery_backoff_seconds, lifetime_seconds, storage_retry_seconds, run_id, "
     "reset_data_fingerprints, exit_on_preemption, preemption_notices, on_done, "
     "distributed, coordinator_address, num_processes, "
-    "process_id, peer_dead_after_seconds, data_sharding"
+    "process_id, peer_dead_after_seconds, data_sharding, start_timeout_seconds"
 )
 _RUN_ID = "1-128 letters, digits, '.', '_' or '-' (or None)"
 
