@@ -284,6 +284,7 @@ def test_the_defaults_are_the_parts_defaults():
         "process_id": None,
         "peer_dead_after_seconds": 30.0,
         "data_sharding": "global",
+        "start_timeout_seconds": 300.0,
     }
     assert options.recovery == RetryPolicy(initial_seconds=2.0, max_seconds=8.0)
 
