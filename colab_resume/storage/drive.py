@@ -407,7 +407,7 @@ class DriveStore(Store):
         else:
             named = self._lookup(rel, timeout, fresh=True)
             if named not in (None, self._write_ids.get(write_id)):
-                if self._named_file_stands(rel, str(named), timeout):
+                if self._still_ours(rel, str(named), timeout):
                     raise FileExistsError(f"{self.path(rel)} exists")  # no upload lost
                 vacant.add(str(named))
         try:
@@ -421,7 +421,7 @@ class DriveStore(Store):
                 lambda fid: self.api.replace(fid, data, local_path, timeout=timeout),
             )
 
-    def _named_file_stands(self, rel: str, file_id: str, timeout: float | None) -> bool:
+    def _still_ours(self, rel: str, file_id: str, timeout: float | None) -> bool:
         """Whether the index's file of ``rel`` is the run's and still there."""
         try:
             return self._verified(rel, file_id, timeout)
@@ -529,10 +529,7 @@ class DriveStore(Store):
     def delete(self, rel: str, *, timeout: float | None = None) -> None:
         file_id = self._lookup(rel, timeout, fresh=True)
         if file_id is not None:
-            try:
-                ours = self._verified(rel, file_id, timeout)
-            except FileNotFoundError:
-                ours = False  # gone already: only the name goes
+            ours = self._still_ours(rel, file_id, timeout)  # gone: the name only
 
             def drop(entries: dict[str, str]) -> dict[str, str] | None:
                 if entries.get(rel) != file_id:
@@ -578,18 +575,15 @@ class DriveStore(Store):
         their proof names: a file dropped in, whatever its name, is never
         one. Nothing is deleted on an index that could not be read.
         """
-        folder = self._run_folder(create=False, timeout=timeout)
-        if folder is None or self.folder.run_id is None:
-            return []  # a legacy folder's strays prove nothing: left alone
+        if self._run_folder(create=False, timeout=timeout) is None:
+            return []
         # The files first, then the index: a file claimed before the index
         # is read is in it, so a claim landing meanwhile is never taken for
-        # a leftover.
-        files = self.api.children(
-            f"{quote(folder)} in parents and trashed = false",
-            proof.FIELDS,
-            timeout=timeout,
-        )
-        named = set(self.folder.read(timeout).values()) | {self.folder.index_id}
+        # a leftover. (A legacy folder's strays prove nothing: none.)
+        files = self.folder.proven_files(timeout)
+        if not files:
+            return []
+        named = set(self.folder.read(timeout).values())
         if not self.folder.trusted:
             raise DamagedIndexError(
                 f"{self.url}: {self.folder.damage}; no leftover is deleted "
@@ -600,9 +594,7 @@ class DriveStore(Store):
         return [
             raw
             for raw in files
-            if raw["id"] not in named
-            and proof.why_not_ours(raw, folder, self.folder.run_id) is None
-            and str(proof.path_of(raw)).startswith(stem)
+            if raw["id"] not in named and str(proof.path_of(raw)).startswith(stem)
         ]
 
     # --- the index's health -------------------------------------------------

@@ -135,16 +135,7 @@ class RunFolder:
         assert folder is not None
         if self.run_id is None and create:
             self._adopt(timeout)  # a legacy folder: stamp it first
-        query = f"name = '{INDEX_NAME}' and {quote(folder)} in parents"
-        # The trash too: an index a person trashed is still the run's.
-        found = [
-            raw
-            for raw in self.api.children(query, proof.FIELDS, timeout=timeout)
-            if proof.why_not_ours(raw, folder, self.run_id, INDEX_NAME, trash_ok=True)
-            is None
-        ]
-        index = drive_index.oldest([raw for raw in found if not raw.get("trashed")])
-        index = index or drive_index.oldest(found)
+        index = self._index_file(timeout)
         if index is not None:
             if index.get("trashed"):
                 self._trashed_index(str(index["id"]), index, create, timeout)
@@ -160,13 +151,13 @@ class RunFolder:
                 self.index_id, self._entries = str(index["id"]), entries
                 self._from_proof = False
             return True
-        run_files = self._proven_files(timeout)
+        run_files = self.proven_files(timeout)
+        if not run_files and not create:
+            return False  # no run here
         if run_files:
             self.damage = f"the run's index ({INDEX_NAME}) was deleted"
-        elif not create:
-            return False
         if not create:
-            return self._use_proof(timeout)
+            return self._use_proof(timeout, run_files)
         entries = drive_index.claimed(run_files)
         if entries:
             log.warning(
@@ -176,15 +167,33 @@ class RunFolder:
                 len(entries),
             )
         make = functools.partial(self._new_index, folder, entries, timeout)
-        made = self._settle(
-            f"{query} and trashed = false", timeout, True, make, self._first_index
+        query = (
+            f"name = '{INDEX_NAME}' and {quote(folder)} in parents and trashed = false"
         )
+        made = self._settle(query, timeout, True, make, self._first_index)
         assert made is not None
         index_id = str(made["id"])
         with self._lock:
             self.index_id, self._from_proof = index_id, False
         self._read_index(index_id, timeout)
         return True
+
+    def _index_file(self, timeout: float | None) -> dict[str, Any] | None:
+        """The run's index file: the oldest out of the trash, else in it.
+
+        The trash counts: an index a person trashed is still the run's.
+        """
+        folder = self.folder_id
+        assert folder is not None
+        query = f"name = '{INDEX_NAME}' and {quote(folder)} in parents"
+        found = [
+            raw
+            for raw in self.api.children(query, proof.FIELDS, timeout=timeout)
+            if proof.why_not_ours(raw, folder, self.run_id, INDEX_NAME, trash_ok=True)
+            is None
+        ]
+        live = drive_index.oldest([raw for raw in found if not raw.get("trashed")])
+        return live or drive_index.oldest(found)
 
     def _trashed_index(
         self, index_id: str, raw: dict[str, Any], create: bool, timeout: float | None
@@ -207,8 +216,11 @@ class RunFolder:
             timeout=timeout,
         )
 
-    def _use_proof(self, timeout: float | None) -> bool:
-        """A reader's view when the index cannot be used: the files' proof."""
+    def _use_proof(
+        self, timeout: float | None, files: list[dict[str, Any]] | None = None
+    ) -> bool:
+        """A reader's view when the index cannot be used: the files' proof
+        (``files``: :meth:`proven_files` as just listed)."""
         if self.run_id is None:
             raise DamagedIndexError(
                 f"{self.url}: {self.damage}, and the run was made before files "
@@ -216,7 +228,9 @@ class RunFolder:
                 f"Restore the index from the Drive trash (or an older version "
                 f"of it), or start a new run_dir."
             )
-        entries = drive_index.claimed(self._proven_files(timeout))
+        if files is None:
+            files = self.proven_files(timeout)
+        entries = drive_index.claimed(files)
         with self._lock:
             self._entries, self._from_proof = entries, True
         return True
@@ -230,7 +244,7 @@ class RunFolder:
             try:
                 self._read_index(index_id, timeout)
             except DamagedIndexError:
-                entries = drive_index.claimed(self._proven_files(timeout))
+                entries = drive_index.claimed(self.proven_files(timeout))
                 if self.api.replace_if_match(
                     index_id, drive_index.encode(entries), etag, timeout=timeout
                 ):
@@ -331,14 +345,7 @@ class RunFolder:
         """
         folder = self.folder_id
         assert folder is not None
-        query = f"name = '{INDEX_NAME}' and {quote(folder)} in parents"
-        found = [
-            raw
-            for raw in self.api.children(query, proof.FIELDS, timeout=timeout)
-            if proof.why_not_ours(raw, folder, None, INDEX_NAME, trash_ok=True) is None
-        ]
-        index = drive_index.oldest([raw for raw in found if not raw.get("trashed")])
-        index = index or drive_index.oldest(found)
+        index = self._index_file(timeout)  # judged by name: run_id is None here
         if index is not None and index.get("trashed"):
             self._trashed_index(str(index["id"]), index, True, timeout)
         if index is None:
@@ -398,17 +405,18 @@ class RunFolder:
             f"(gdrive://id:ORIGINAL_FOLDER_ID), or start a new run_dir."
         )
 
-    def _proven_files(self, timeout: float | None) -> list[dict[str, Any]]:
-        """Every file of the run folder that proves it is the run's (any path)."""
+    def proven_files(self, timeout: float | None) -> list[dict[str, Any]]:
+        """Every file of the run folder that proves it is the run's (any path
+        but the index's; none in a legacy folder, whose files prove nothing)."""
         folder = self.folder_id
         assert folder is not None
+        if self.run_id is None:
+            return []
         files = self.api.children(
             f"{quote(folder)} in parents and trashed = false",
             proof.FIELDS,
             timeout=timeout,
         )
-        if self.run_id is None:
-            return []  # a legacy folder's files prove nothing
         return [
             raw
             for raw in files
