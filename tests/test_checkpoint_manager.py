@@ -486,3 +486,56 @@ def test_a_recompiled_model_saves_its_new_optimizer(tmp_path, format):
         zip(new, [v.numpy() for v in fresh.optimizer.variables], strict=True)
     ):
         assert np.array_equal(mine, saved), f"optimizer variable #{index}"
+
+
+def test_a_local_manifest_linked_after_a_takeover_is_late(tmp_path, monkeypatch):
+    """The fencing window on a local disk: a takeover between the manifest's
+    write and its link. The manifest's bytes are older than lease 2, but it
+    became visible after it, so it must not count as committed.
+
+    The takeover is placed in that window by wrapping ``os.link`` as the
+    local store calls it; the lease, the files and the listing are real.
+    """
+    import colab_resume.storage.local as local
+    from colab_resume.heartbeat.lease import take_lease
+    from colab_resume.protocol.listing import RunListing
+    from colab_resume.protocol.records import LeaseRecord
+
+    run = str(tmp_path / "run")
+    storage = Storage(run)
+    real_link = os.link
+    took = []
+
+    def link_after_a_takeover(source: str, target: str) -> None:
+        if target.endswith(MANIFEST) and not took:
+            written = os.stat(source).st_mtime_ns
+            # File stamps are coarse (a clock tick): wait for the next tick,
+            # so lease 2 is stamped strictly after the manifest's bytes.
+            probe = tmp_path / "probe"
+            while probe.touch() or os.stat(probe).st_mtime_ns <= written:
+                time.sleep(0.001)
+            record = LeaseRecord(
+                lease=2,
+                session_id="successor",
+                host="elsewhere",
+                pid=1,
+                created_at=time.time(),
+                package_version="test",
+                heartbeat_seconds=10.0,
+                dead_after_seconds=40.0,
+                stall_after_seconds=600.0,
+            )
+            take_lease(Storage(run), record)
+            took.append(written)
+        real_link(source, target)
+
+    monkeypatch.setattr(local.os, "link", link_after_a_takeover)
+    save_steps(manager(storage), [1])
+    assert took, "the takeover never landed inside the manifest's write"
+    lease_2 = os.stat(tmp_path / "run" / "lease" / "00000002.json").st_mtime_ns
+    assert took[0] < lease_2  # the manifest's bytes came first: the old rule's trap
+    # Late, so not committed: the holder's retention already removed it
+    # as a fenced session's leftover, or it is listed as late.
+    listing = RunListing.read(Storage(run))
+    assert listing.committed == ()
+    assert all(c.committed_late for c in listing.checkpoints)

@@ -406,7 +406,7 @@ class CheckpointManager:
             )
         self._fence()
         self.storage.write_json(
-            name.manifest_path, manifest.to_json(), create_only=True
+            name.manifest_path, manifest.to_json(), create_only=True, commit=True
         )
         seconds = self._clock() - started
         with self._lock:

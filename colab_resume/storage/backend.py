@@ -27,6 +27,10 @@ What the protocol relies on, and every store must keep:
   ``server_time``, never with the reader's clock. A store whose objects
   become visible in two steps (Drive: upload, then the index names it)
   reports both bounds of that moment (``visible_from``, ``updated``).
+  A store whose stamp is when the bytes were written, not when the object
+  became visible (a local disk: a temporary file's, linked into place
+  later), stamps a commit again once it is visible (:meth:`Store.mark_visible`),
+  so that ``updated`` is the latest moment it can have become visible.
 * **Listing is recursive and objects only.** ``list(prefix)`` returns every
   object below ``prefix`` at any depth, with paths relative to the run
   directory, and no "directories"; a missing prefix is an empty list. A
@@ -258,6 +262,17 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete(self, rel: str, *, timeout: float | None = None) -> None:
         """Delete one object; deleting what is already gone is not an error."""
+
+    def mark_visible(self, rel: str, *, timeout: float | None = None) -> None:
+        """Stamp the object ``rel``, just made, with the server's time now.
+
+        Called after the create that commits a checkpoint (its manifest):
+        the commit rule counts it only if it became visible before the next
+        lease was taken, and reads ``updated`` as the latest moment it can
+        have. Stores whose ``updated`` of a create already is that moment
+        (a GCS object's creation, Drive's touch after the claim) do nothing.
+        """
+        return None
 
     def leftovers(
         self, prefix: str, *, timeout: float | None = None

@@ -128,6 +128,20 @@ class LocalStore(FsspecStore):
     ) -> None:
         write_atomically(self._record_path(rel), data, create_only)
 
+    def mark_visible(self, rel: str, *, timeout: float | None = None) -> None:
+        # A record's mtime is when its temporary file was written; the link
+        # that made it visible comes later, and a takeover can fall in
+        # between (a slow fsync, a paused process). Stamped now, the mtime
+        # is no earlier than the link, so a manifest that landed after the
+        # next lease counts as late, as on GCS. Leases keep the write's
+        # stamp: for them the rule needs the earliest moment, and that is it.
+        # Between the link and this call a reader may still judge by the
+        # older stamp: the successor then restores that manifest, a state
+        # its holder reached, which no later judgement contradicts (a
+        # fenced manifest is only ignored).
+        with contextlib.suppress(FileNotFoundError):  # deleted since: no stamp
+            os.utime(self._record_path(rel))
+
     def remove_leftovers(self, rel: str, *, timeout: float | None = None) -> None:
         for path in self.leftovers(rel, timeout=timeout):
             self.delete(path, timeout=timeout)

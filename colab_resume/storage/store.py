@@ -371,12 +371,16 @@ class Storage:
 
     # --- writing ------------------------------------------------------------
 
-    def write_bytes(self, rel: str, data: bytes, *, create_only: bool = False) -> None:
+    def write_bytes(
+        self, rel: str, data: bytes, *, create_only: bool = False, commit: bool = False
+    ) -> None:
         """Write an object whole, atomically replacing any previous version.
 
         Args:
             create_only: fail with FileExistsError if the object exists
                 (GCS ``ifGenerationMatch=0``; locally an atomic hard link).
+            commit: the object commits a checkpoint (its manifest): once
+                written it is stamped as visible (:meth:`.Store.mark_visible`).
         """
         verb = "create" if create_only else "write"
         # One id for every attempt of this call: a create retried after its
@@ -404,14 +408,24 @@ class Storage:
                 lambda timeout: self.store.written_by(rel, write_id, timeout=timeout),
             ):
                 log.info("storage: %s was created by an earlier attempt", rel)
-                return
-            raise
+            else:
+                raise
+        if commit:
+            self._call(
+                f"stamp {rel}",
+                lambda timeout: self.store.mark_visible(rel, timeout=timeout),
+            )
 
     def write_json(
-        self, rel: str, value: dict[str, Any], *, create_only: bool = False
+        self,
+        rel: str,
+        value: dict[str, Any],
+        *,
+        create_only: bool = False,
+        commit: bool = False,
     ) -> None:
         data = json.dumps(value, indent=1, sort_keys=True).encode("utf-8")
-        self.write_bytes(rel, data, create_only=create_only)
+        self.write_bytes(rel, data, create_only=create_only, commit=commit)
 
     def put_file(
         self, local_path: str, rel: str, *, chunk_bytes: int | None = None
