@@ -28,6 +28,7 @@ PUBLIC = {
     "connect",
     "fit",
     "flush_history",
+    "goodput",
     "on_progress",
     "on_step",
     "panel",

@@ -48,6 +48,7 @@ from colab_resume.exit_status import (
 from colab_resume.heartbeat import RunStatus, read_status
 from colab_resume.launch.identity import run_dir_from_environment
 from colab_resume.launch.teardown import run_teardown
+from colab_resume.report.goodput import Goodput, read_goodput
 from colab_resume.runtime import Connection
 from colab_resume.storage import Storage
 from colab_resume.storage.faults import brief
@@ -307,6 +308,16 @@ class Agent:
     def status(self) -> RunStatus:
         """The run's status as anyone would read it from storage."""
         return read_status(self._storage)
+
+    def goodput(self) -> Goodput:
+        """The run's goodput across all its sessions, and what cost the rest.
+
+        Read from the run directory (every session's records), with this
+        session's own tally as measured now. ``print(agent.goodput().one_line())``;
+        ``.table()`` for every bucket and the best fixed cadence. See
+        :mod:`colab_resume.report.goodput`.
+        """
+        return read_goodput(self._storage, self._loop.measured())
 
     # --- what is happening (read only) -----------------------------------------------
 

@@ -69,6 +69,7 @@ from colab_resume.checkpoint.triggers import lifetime_applies
 from colab_resume.errors import FencedError, StorageFullError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
+from colab_resume.report.timings import StepClock, Timings
 from colab_resume.runtime import Connection, in_colab, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
@@ -121,6 +122,10 @@ class RunLoop:
         self._ended_at: int | None = None
         self._end_reason: str | None = None
         self.step_hooks: list[StepHook] = []
+        # What this session measured of its time (goodput), and the
+        # connect that came before its lease (the first session's).
+        self.timings = Timings()
+        self._connect_seconds = 0.0
         # This process's part in a multi-process run (None: the only one).
         self.multihost: MultiHost | None = None
         # History samples and panel refreshes, once a second from the loop.
@@ -161,6 +166,13 @@ class RunLoop:
     def on_step(self, hook: StepHook) -> Callable[[], None]:
         """Call ``hook(step)`` after every step's duties; returns its remover."""
         return _added(self.step_hooks, hook)
+
+    def measured(self) -> dict[int, Timings]:
+        """This session's tally of its time, by lease (empty before a lease)."""
+        session = self.session
+        if session is None:
+            return {}
+        return {session.lease: dataclasses.replace(self.timings)}
 
     def flush_history(self, timeout: float) -> None:
         """Write the run history recorded so far now (waits up to ``timeout``)."""
@@ -229,7 +241,9 @@ class RunLoop:
     def connect(self) -> Any:
         """Connect to the accelerator (once); returns the strategy."""
         if self.accelerator.strategy is None:
+            began = time.monotonic()
             self.accelerator.connect()
+            self._connect_seconds += time.monotonic() - began
         return self.accelerator.strategy
 
     @property
@@ -281,6 +295,10 @@ class RunLoop:
     def take_run(self) -> tuple[RunSession, CheckpointManager]:
         """Take the lease (waiting out a silent holder); open its checkpoints."""
         processes = self.processes
+        self.timings = Timings(connect=self._connect_seconds)
+        self._connect_seconds = 0.0  # counted once, in the session it preceded
+        self.progress.recorder.timings = self.timings
+        began = time.monotonic()
         session, manager = processes.take_run(
             self.storage,
             self.options,
@@ -288,6 +306,7 @@ class RunLoop:
             self.progress.countdown,
             self.connection,
         )
+        self.timings.wait = time.monotonic() - began
         # Only the leading process's session is the run's (history, panel, status).
         self.session = session if processes.leads else None
         self.checkpoints = manager
@@ -359,14 +378,15 @@ class RunLoop:
         prefetch = manager.prefetch() if PREFETCH and strategy is not None else None
         try:
             if strategy is not None:
-                with strategy.scope():
+                with self.timings.measure("build"), strategy.scope():
                     driver.build()
             state = driver.state
         except BaseException:
             if prefetch is not None:
                 prefetch.close()
             raise
-        info = manager.restore(state, prefetch=prefetch)
+        with self.timings.measure("restore"):
+            info = manager.restore(state, prefetch=prefetch)
         epoch_length.check(info, driver.steps_per_epoch)
         start = driver.restored(info)
         self.processes.agree_start(start, driver)
@@ -386,6 +406,12 @@ class RunLoop:
         self, exc: BaseException, session: RunSession, manager: CheckpointManager
     ) -> None:
         self._recoveries += 1
+        with self.timings.measure("recovery"):
+            self._reconnect(exc, session, manager)
+
+    def _reconnect(
+        self, exc: BaseException, session: RunSession, manager: CheckpointManager
+    ) -> None:
         step = self.duties.step if self.duties else None
         session.update(state="recovering")
         self.events.emit(
@@ -441,6 +467,7 @@ class RunLoop:
             runtime=runtime_facts.facts(self.connection),
             stop_at=stop_at,
             agree=agree,
+            clock=StepClock(self.timings),
         )
         duties.step = start
         return duties

@@ -27,6 +27,7 @@ from colab_resume.agent.driver import Snapshot
 from colab_resume.checkpoint import CheckpointManager, SaveTriggers
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
+from colab_resume.report.timings import StepClock
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ class StepDuties:
         agree: a multi-process run's agreement (see the module docstring):
             called with the step and this process's wishes, returns every
             process's wishes OR-ed at an agreement step, else None.
+        clock: measures the steps, saves and pauses (goodput); it starts
+            with these duties: the step after them is a first step.
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class StepDuties:
         runtime: dict[str, Any] | None = None,
         stop_at: Callable[[int], bool] | None = None,
         agree: Callable[[int, int], int | None] | None = None,
+        clock: StepClock | None = None,
     ) -> None:
         self.session = session
         self.manager = manager
@@ -102,6 +106,9 @@ class StepDuties:
         self.runtime = runtime
         self.stop_at = stop_at
         self.agree = agree
+        self.clock = clock
+        if clock is not None:
+            clock.started()
         self._wishes = 0  # not yet agreed (multi-process)
         self.step = 0
         self.consistent = True  # False while a step is half-applied
@@ -111,6 +118,15 @@ class StepDuties:
 
     def after_step(self, step: int) -> bool:
         """Duties after ``step`` steps are complete; True when training must stop."""
+        if self.clock is None:
+            return self._duties(step)
+        self.clock.step_ended()
+        try:
+            return self._duties(step)
+        finally:
+            self.clock.duty_ended()
+
+    def _duties(self, step: int) -> bool:
         self.step = step
         self.consistent = True
         self.beat(step=step, state="training")
@@ -186,10 +202,13 @@ class StepDuties:
         """Checkpoint now (unless this step is already saved)."""
         if self.manager.last_saved is not None and self.manager.last_saved.step == step:
             return
+        began = time.monotonic()
         state, epoch, metrics, extras = self.snapshot()
         if self.runtime is not None:
             extras = {**extras, runtime_facts.KEY: self.runtime}
         self.manager.save(state, step=step, epoch=epoch, metrics=metrics, extras=extras)
+        if self.clock is not None:
+            self.clock.held(time.monotonic() - began, "save")
         self.triggers.saved(step, reason)
         log.info("[step %d] checkpoint saved (%s)", step, reason)
 
@@ -203,6 +222,8 @@ class StepDuties:
             self.manager.check()
             self.tick()
         self.session.update(state="training")
+        if self.clock is not None:
+            self.clock.held(time.monotonic() - started, "pause")
         self.events.emit(
             "run.resumed",
             f"resumed after {time.monotonic() - started:.0f}s paused",

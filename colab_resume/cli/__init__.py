@@ -24,7 +24,10 @@ from colab_resume._version import __version__
 from colab_resume.errors import ColabResumeError
 
 if TYPE_CHECKING:
+    from colab_resume.report.goodput import Goodput
     from colab_resume.storage import Storage
+
+log = logging.getLogger(__name__)
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -50,9 +53,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     from colab_resume.cli.watch import host_lines, one_line, printable
     from colab_resume.heartbeat.liveness import read_status
 
-    status = read_status(_open(args), dead_after_seconds=args.dead_after_seconds)
+    storage = _open(args)
+    status = read_status(storage, dead_after_seconds=args.dead_after_seconds)
+    measured = _goodput(storage) if status.lease else None
     if args.json:
-        print(json.dumps(status.to_json(), indent=1))
+        found = status.to_json()
+        found["goodput"] = measured.to_json() if measured is not None else None
+        print(json.dumps(found, indent=1))
     else:
         print(f"{status.run_dir}\n  {one_line(status)}")
         if status.session_id:
@@ -65,7 +72,20 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         for line in host_lines(status):
             print(printable(line))
+        if measured is not None:
+            print(f"  {measured.one_line()}")
     return 0
+
+
+def _goodput(storage: Storage) -> Goodput | None:
+    """The run's goodput for ``status``; None if its records cannot say."""
+    from colab_resume.report.goodput import read_goodput
+
+    try:
+        return read_goodput(storage)
+    except Exception as exc:  # the verdict above matters more than the figure
+        log.warning("goodput: not computed: %s", exc)
+        return None
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

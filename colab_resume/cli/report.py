@@ -1,12 +1,15 @@
 """``colab-resume report RUN_DIR -o report.png``: the run's picture.
 
 Loss over steps with each session as its own band, deaths, redone gaps and
-recoveries marked, checkpoints as ticks (see :mod:`colab_resume.report.plot`).
+recoveries marked, checkpoints as ticks, and where the wall time went, session
+by session (see :mod:`colab_resume.report.plot`); the goodput table is printed
+(:mod:`colab_resume.report.goodput`).
 Needs matplotlib (``pip install matplotlib``).
 """
 
 from __future__ import annotations
 
+from colab_resume.report import goodput
 from colab_resume.report.sessions import read_report
 from colab_resume.storage import Storage
 
@@ -25,5 +28,6 @@ def report(storage: Storage, output: str) -> str:
         f"at least {run.redone_steps} steps redone"
     ]
     lines += [f"  {session.describe()}" for session in run.sessions]
+    lines += goodput.compute(run).table()
     lines += [f"warning: {problem}" for problem in run.problems]
     return "\n".join(lines)

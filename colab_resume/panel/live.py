@@ -13,10 +13,13 @@ agent hands it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
+import time
 from typing import TYPE_CHECKING
 
-from colab_resume.panel.model import facts_of, view
+from colab_resume.panel.model import PanelFacts, facts_of, view
 from colab_resume.panel.pump import KernelPump
 from colab_resume.panel.widgets import PanelBox
 
@@ -28,6 +31,10 @@ if TYPE_CHECKING:
     from colab_resume.storage import Storage
 
 log = logging.getLogger(__name__)
+
+# The goodput line reads the whole run directory: at most this often, on a
+# thread of its own, only while the panel is displayed.
+GOODPUT_EVERY_SECONDS = 60.0
 
 
 class AgentPanel(PanelBox):
@@ -48,6 +55,9 @@ class AgentPanel(PanelBox):
         self.pause_button.on_click(lambda _: self._pause_or_resume())
         self.stop_button.on_click(lambda _: self._stop())
         self.report_button.on_click(lambda _: self.draw_report())
+        self._goodput = ""
+        self._goodput_due = 0.0
+        self._goodput_reader: threading.Thread | None = None
         # Outside a kernel nothing displays it: stay inert, cost nothing.
         if self.pump is not None:
             agent.on_progress(self.refresh)
@@ -69,9 +79,34 @@ class AgentPanel(PanelBox):
 
     def refresh(self) -> None:
         """Show the agent's state now, then handle waiting clicks."""
-        self.show(view(facts_of(self.agent.progress())))
+        if self.pump is not None:
+            self._read_goodput_when_due()
+        self.show(view(self._facts()))
         if self.pump is not None:
             self.pump.pump()
+
+    def _facts(self) -> PanelFacts:
+        return dataclasses.replace(
+            facts_of(self.agent.progress()), goodput=self._goodput
+        )
+
+    def _read_goodput_when_due(self) -> None:
+        """Start reading the run's goodput in the background, when due."""
+        now = time.monotonic()
+        busy = self._goodput_reader is not None and self._goodput_reader.is_alive()
+        if busy or now < self._goodput_due or self.agent.progress().lease is None:
+            return
+        self._goodput_due = now + GOODPUT_EVERY_SECONDS
+        self._goodput_reader = threading.Thread(
+            target=self._read_goodput, name="colab-resume-goodput", daemon=True
+        )
+        self._goodput_reader.start()
+
+    def _read_goodput(self) -> None:
+        try:
+            self._goodput = self.agent.goodput().one_line()
+        except Exception as exc:  # a figure must never break the panel
+            log.debug("panel: goodput not read: %s", exc)
 
     def _save(self) -> None:
         self.agent.save_now()
@@ -91,7 +126,7 @@ class AgentPanel(PanelBox):
 
     def _answer(self, message: str) -> None:
         """Show the click's effect now; the notice stays until the run acts."""
-        shown = view(facts_of(self.agent.progress()))
+        shown = view(self._facts())
         self.show(shown)
         self.say(message, until_changed=shown)
 

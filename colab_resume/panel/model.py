@@ -65,10 +65,12 @@ class PanelFacts(Progress):
     Attributes:
         detail: one explanatory line (the monitor's verdict, an error).
         read_only: a monitor (no steering buttons).
+        goodput: the run's goodput in one line (all sessions), "" until read.
     """
 
     detail: str = ""
     read_only: bool = False
+    goodput: str = ""
 
 
 def facts_of(progress: Progress) -> PanelFacts:
@@ -131,6 +133,7 @@ class PanelView:
     checkpoint: str
     checkpoint_step: int | None  # the newest committed one
     heartbeat: str
+    goodput: str
     events: tuple[tuple[str, str], ...]  # (colour, text)
     detail: str
     pause_label: str  # "Pause" or "Resume"
@@ -160,6 +163,7 @@ def view(facts: PanelFacts) -> PanelView:
         checkpoint=_checkpoint(facts, ended=state in ENDED_STATES),
         checkpoint_step=facts.checkpoint_step,
         heartbeat=_heartbeat(facts, ended=state in ENDED_STATES),
+        goodput=facts.goodput,
         events=tuple(
             (
                 LEVEL_COLOURS.get(e.level, "#555"),

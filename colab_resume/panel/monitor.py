@@ -14,6 +14,7 @@ takes the run without waiting for it to be judged dead.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,10 +24,14 @@ from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_s
 from colab_resume.panel.model import NOTHING_TO_TAKE_OVER, PanelFacts, event_lines, view
 from colab_resume.panel.pump import KernelPump
 from colab_resume.panel.widgets import PanelBox
+from colab_resume.report import goodput
 from colab_resume.report.history import HistoryReader, RunHistory
+from colab_resume.report.sessions import read_report
 from colab_resume.storage import Storage
 
 ENDED = ("COMPLETED", "FAILED")
+# The goodput line reads every session's records: not at every refresh.
+GOODPUT_EVERY_SECONDS = 60.0
 STATE_BADGES = {
     "NEW": "new",
     "STALLED": "stalled",
@@ -60,6 +65,8 @@ class MonitorPanel(PanelBox):
         self._sleep = sleep
         self.status: RunStatus | None = None
         self.took_over: int | None = None
+        self._goodput = ""
+        self._goodput_due = 0.0
         self.report_button.on_click(lambda _: self.draw_report())
         self.takeover_button.on_click(lambda _: self.ask_confirmation(True))
         self.cancel_button.on_click(lambda _: self.ask_confirmation(False))
@@ -70,11 +77,18 @@ class MonitorPanel(PanelBox):
         """Read the run directory and show what it says."""
         try:
             self.status = read_status(self.storage)
-            history = self.reader.read()
+            if time.monotonic() >= self._goodput_due and self.status.lease:
+                report = read_report(self.storage, self.reader)
+                history = report.history
+                self._goodput = goodput.compute(report).one_line()
+                self._goodput_due = time.monotonic() + GOODPUT_EVERY_SECONDS
+            else:
+                history = self.reader.read()
         except Exception as exc:
             self.say(f"cannot read {self.storage.url}: {type(exc).__name__}: {exc}")
             return
-        self.show(view(monitor_facts(self.status, history, time.time())))
+        facts = monitor_facts(self.status, history, time.time())
+        self.show(view(dataclasses.replace(facts, goodput=self._goodput)))
 
     def watch(self, seconds: float | None = 3600.0, *, every: float = 5.0) -> str:
         """Refresh every ``every`` seconds until the run ends or ``seconds`` pass.

@@ -57,6 +57,7 @@ class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
         self.chart = w.HTML()
         self.checkpoint = w.HTML()
         self.heartbeat = w.HTML()
+        self.goodput = w.HTML()
         self.detail = w.HTML()
         self.events = w.HTML()
         self.report = w.HTML()
@@ -90,6 +91,7 @@ class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
                 self.chart,
                 self.checkpoint,
                 self.heartbeat,
+                self.goodput,
                 self.detail,
                 self.events,
                 w.HBox(buttons),
@@ -101,7 +103,15 @@ class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
         )
         # CSS classes name the parts (for styling and for the browser tests).
         self.add_class("colab-resume-panel")
-        for name in ("title", "badge", "progress", "checkpoint", "heartbeat", "events"):
+        for name in (
+            "title",
+            "badge",
+            "progress",
+            "checkpoint",
+            "heartbeat",
+            "goodput",
+            "events",
+        ):
             getattr(self, name).add_class(f"colab-resume-{name}")
 
     def show(self, v: PanelView) -> None:
@@ -120,6 +130,7 @@ class PanelBox(w.VBox):  # type: ignore[misc]  # ipywidgets ships no type hints
         self.chart.value = v.chart_svg  # built by us from numbers only
         self.checkpoint.value = _line(v.checkpoint)
         self.heartbeat.value = _line(v.heartbeat)
+        self.goodput.value = _line(v.goodput) if v.goodput else ""
         italic = "font-style:italic"
         self.detail.value = _line(v.detail, style=italic) if v.detail else ""
         self.events.value = "".join(

@@ -44,6 +44,7 @@ from typing import Any
 
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import Event, EventLog
+from colab_resume.report.timings import Timings
 from colab_resume.storage import Storage
 from colab_resume.storage.records import MAX_RECORD_BYTES, decode, is_number
 
@@ -125,6 +126,8 @@ class RunHistory:
     events: list[RecordedEvent] = dataclasses.field(default_factory=list)
     sessions: dict[int, str] = dataclasses.field(default_factory=dict)  # lease -> id
     problems: list[str] = dataclasses.field(default_factory=list)
+    # lease -> what its newest chunk said it had measured
+    timings: dict[int, Timings] = dataclasses.field(default_factory=dict)
 
 
 class HistoryRecorder:
@@ -164,6 +167,9 @@ class HistoryRecorder:
         self._committed_before = False  # has this session committed a checkpoint?
         self._writer: threading.Thread | None = None
         self.failures = 0
+        # The session's tally, sent whole with every chunk (the loop sets it).
+        self.timings: Timings | None = None
+        self._sent_timings: dict[str, float | int] | None = None
         events.subscribe(self._on_event)
 
     def start(self, storage: Storage, lease: int, session_id: str) -> None:
@@ -210,8 +216,13 @@ class HistoryRecorder:
     def _take_chunk(self) -> tuple[Storage, str, dict[str, Any]] | None:
         with self._lock:
             storage = self._storage
-            if storage is None or not (self._pending_points or self._pending_events):
+            timings = self.timings.to_json() if self.timings is not None else None
+            news = timings is not None and timings != self._sent_timings
+            if storage is None or not (
+                self._pending_points or self._pending_events or news
+            ):
                 return None
+            self._sent_timings = timings
             points, self._pending_points = self._pending_points, []
             events = self._pending_events[:MAX_EVENTS_PER_CHUNK]
             del self._pending_events[:MAX_EVENTS_PER_CHUNK]
@@ -235,6 +246,8 @@ class HistoryRecorder:
                     for e in events
                 ],
             }
+            if timings is not None:
+                record["timings"] = timings
         return storage, path, record
 
     def _write(self, storage: Storage, path: str, record: dict[str, Any]) -> None:
@@ -347,6 +360,7 @@ class HistoryReader:
             history.events.extend(chunk.events)
             history.sessions.update(chunk.sessions)
             history.problems.extend(chunk.problems)
+            history.timings.update(chunk.timings)  # names sorted: the newest wins
         history.points.sort(key=lambda p: (p.lease, p.time, p.step))
         history.events.sort(key=lambda e: e.time)
         return history
@@ -426,6 +440,9 @@ def parse_chunk(data: dict[str, Any], lease: int, where: str, into: RunHistory) 
         raise CorruptRecordError(f"{where}: more entries than any writer makes.")
     new_points = [_parse_point(raw, lease, where) for raw in points]
     new_events = [_parse_event(raw, lease, where) for raw in events]
+    timings = data.get("timings")
+    if timings is not None:  # absent from chunks of older versions
+        into.timings[lease] = Timings.parse(timings, where)
     into.points.extend(new_points)
     into.events.extend(new_events)
     if isinstance(session_id, str):

@@ -15,7 +15,10 @@ session from the run directory's records, not only those with history:
   SIGTERM, Ctrl-C), an orange triangle for ``taken over``, a black ✕ for
   ``failed``; ``completed`` needs no mark;
 * long downtimes are annotated, in-session recoveries are dashed lines,
-  committed checkpoints are ticks along the bottom.
+  committed checkpoints are ticks along the bottom;
+* below, the run's wall time as one bar, session after session, each cut
+  into productive training and the badput buckets of
+  :mod:`colab_resume.report.goodput`, with the goodput in its title.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import io
 from typing import Any
 
 from colab_resume.errors import ColabResumeError
+from colab_resume.report import goodput as gp
 from colab_resume.report import sessions as ends
 from colab_resume.report.sessions import RunReport, Session
 
@@ -64,8 +68,8 @@ def render(report: RunReport, *, title: str = "", metric: str = "loss") -> bytes
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 4.5), dpi=100)
-    ax = fig.add_subplot(1, 1, 1)
+    fig = Figure(figsize=(10, 5.6), dpi=100)
+    ax, bar = fig.subplots(2, 1, height_ratios=(4.5, 1.1))
     trained = [s for s in report.sessions if s.trained]
     for i, session in enumerate(trained):
         _draw_session(ax, report, session, f"C{i % 10}", metric)
@@ -105,6 +109,8 @@ def render(report: RunReport, *, title: str = "", metric: str = "loss") -> bytes
             0.5, 0.5, "no history recorded yet", ha="center", transform=ax.transAxes
         )
     ax.grid(alpha=0.3)
+    _draw_wall_time(bar, gp.compute(report))
+    fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", bbox_inches="tight")
     return buffer.getvalue()
@@ -138,3 +144,57 @@ def _draw_session(
         ax.plot(*at, mark[0], color=mark[1], ms=10, mew=2, transform=transform)
     if session.redone:
         ax.axvspan(*session.redone, color="red", alpha=0.12, hatch="//", lw=0)
+
+
+# A session's segment in about the order its time passed: the downtime
+# before it, its start, training (productive time goes after the compile),
+# then what is spread over training or came at its end.
+BAR_ORDER = [
+    gp.RECOVERY,
+    gp.TPU_INITIALIZATION,
+    gp.TRAINING_PREP,
+    gp.RESTORE,
+    gp.PROGRAM_STARTUP,
+    gp.SAVE,
+    gp.WASTED,
+    gp.OTHER,
+]
+# Productive time and each bucket, in the bar's colours.
+BAR_COLOURS = {
+    "productive": "tab:green",
+    gp.RECOVERY: "tab:red",
+    gp.WASTED: "salmon",
+    gp.TPU_INITIALIZATION: "tab:purple",
+    gp.TRAINING_PREP: "plum",
+    gp.RESTORE: "tab:blue",
+    gp.PROGRAM_STARTUP: "tab:orange",
+    gp.SAVE: "gold",
+    gp.OTHER: "lightgrey",
+}
+
+
+def _draw_wall_time(ax: Any, result: gp.Goodput) -> None:
+    """The run's wall time, one segment per session, cut by where it went."""
+    ax.set_yticks([])
+    ax.set_xlabel("wall time (s), sessions in order")
+    if result.goodput is None or result.total <= 0:
+        ax.set_title("goodput: not measured yet", fontsize=9)
+        return
+    ax.set_title(_plain(result.one_line()), fontsize=9)
+    left, shown = 0.0, set()
+    for share in result.sessions:
+        if left:
+            ax.axvline(left, color="black", lw=0.8)
+        parts = [(name, share.buckets.get(name, 0.0)) for name in BAR_ORDER]
+        parts.insert(
+            BAR_ORDER.index(gp.PROGRAM_STARTUP) + 1, ("productive", share.productive)
+        )
+        for name, seconds in parts:
+            if seconds <= 0:
+                continue
+            label = None if name in shown else name.lower().replace("_", " ")
+            shown.add(name)
+            ax.barh(0, seconds, left=left, color=BAR_COLOURS[name], label=label)
+            left += seconds
+    ax.set_xlim(0, max(left, 1e-9))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=5, fontsize=7)

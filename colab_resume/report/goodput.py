@@ -1,0 +1,475 @@
+"""Goodput: how much of a run's wall time went into training that counted.
+
+**goodput = productive training time ÷ total time**, the rest split into
+badput buckets named as Google's ``ml-goodput-measurement`` names them, so
+the figures compare. Everything comes from the run directory: sessions and
+their ends from leases and beats (the storage server's clock), steps from
+beats, commits and the history, and what only a session can measure from
+its own tally (:mod:`colab_resume.report.timings`). No cloud logging, no
+billing account; a local disk, GCS or Drive alike.
+
+The wall time is every session's, from its start (its connect, before its
+lease) to its last sign of life, plus the time between a session that died
+or was taken over and the next one. Time between a session that ended on
+purpose (``stop()``, SIGTERM, completed) and the next is idle, not the
+run's loss, and so is time paused by a person: both are reported and left
+out.
+
+Buckets:
+
+* ``TPU_INITIALIZATION``: connecting to the accelerator (any accelerator).
+* ``TRAINING_PREP``: ``build_model`` in a fresh strategy scope.
+* ``PROGRAM_STARTUP``: the first step's excess over a steady step (tracing,
+  compiling, the pipeline's first batch).
+* ``UNPRODUCTIVE_CHECKPOINT_SAVE_TIME``: the training thread held by saves
+  (the upload runs beside training and costs nothing here).
+* ``UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME``: reading a checkpoint into the
+  model.
+* ``WASTED_PROGRESS_FROM_DISRUPTION``: steps trained again after a death or
+  an in-session accelerator loss, at the session's steady step time.
+* ``INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION``: from a dead session's last
+  sign of life to the next session's start (on Colab: no runtime), the wait
+  for a silent holder's lease to expire, reconnecting in a session.
+* ``OTHER``: the rest of each session's wall time (waits for data between
+  what the step clock sees, the agent's start, a session's last seconds).
+
+A session killed outright is seen last at its last beat; it trained on
+until it died, and those steps were redone. So after a death the wasted
+progress is a lower bound and the recovery time an upper bound, by at most
+a heartbeat interval each, and the report says so. Data loading is part of
+the step time (no ``DATA_LOADING_SYNC`` of its own): an input pipeline that
+stalls makes every step slower, not a bucket bigger.
+
+The ideal step time is the mean of every steady step the sessions measured
+(total seconds ÷ steps, however short a step is); runs from versions that
+measured nothing get it from the history's samples.
+
+**The best fixed cadence** (:class:`Cadence`) follows from the same data:
+with a save costing ``C`` seconds of training time and a failure every
+``M`` seconds of training on average, saving every ``τ = √(2·C·M)``
+seconds (Young's approximation; Daly refined it for large ``C``) loses
+``C/τ`` per second to saves and ``τ/2`` per failure to redone steps, the
+least of any fixed interval when failures come at random (exponentially
+distributed, ``C`` small beside ``M``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from colab_resume.report.history import RunHistory
+from colab_resume.report.sessions import (
+    DIED,
+    TAKEN_OVER,
+    RunReport,
+    Session,
+    read_report,
+)
+from colab_resume.report.timings import Timings
+from colab_resume.storage import Storage
+
+TPU_INITIALIZATION = "TPU_INITIALIZATION"
+TRAINING_PREP = "TRAINING_PREP"
+PROGRAM_STARTUP = "PROGRAM_STARTUP"
+SAVE = "UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"
+RESTORE = "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME"
+WASTED = "WASTED_PROGRESS_FROM_DISRUPTION"
+RECOVERY = "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"
+OTHER = "OTHER"
+BUCKETS = (
+    RECOVERY,
+    WASTED,
+    TPU_INITIALIZATION,
+    TRAINING_PREP,
+    RESTORE,
+    PROGRAM_STARTUP,
+    SAVE,
+    OTHER,
+)
+# The one-line summary's words for the buckets.
+SHORT = {
+    RECOVERY: "downtime",
+    WASTED: "redone",
+    TPU_INITIALIZATION: "connect",
+    TRAINING_PREP: "build",
+    RESTORE: "restore",
+    PROGRAM_STARTUP: "compile",
+    SAVE: "saves",
+    OTHER: "other",
+}
+# Session ends after which the time until the next session is the run's loss.
+DISRUPTED = (DIED, TAKEN_OVER)
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionGoodput:
+    """One session's share: its counted wall time and where it went.
+
+    Attributes:
+        lease: the session's lease.
+        seconds: its counted wall time (paused time left out), the gap
+            before it included when that gap was the run's loss.
+        productive: seconds of steps that counted.
+        buckets: badput seconds by bucket name.
+        measured: it left a tally of its own (else only steps are known).
+    """
+
+    lease: int
+    seconds: float
+    productive: float
+    buckets: dict[str, float]
+    measured: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Cadence:
+    """The fixed save interval that would have lost the least time.
+
+    Attributes:
+        save_seconds: what one save cost the training thread (mean).
+        between_failures: mean seconds of training between failures.
+        failures: deaths and in-session accelerator losses seen.
+        interval: the best interval, seconds of training (``√(2·C·M)``).
+        steps: the same in steps (at the ideal step time).
+        actual_interval: the run's mean seconds of training between saves.
+        lost: what saves and redone steps cost at the run's own mean
+            interval, by the model (seconds).
+        best_lost: the same at the best interval.
+        goodput: the run's goodput with that interval instead.
+    """
+
+    save_seconds: float
+    between_failures: float
+    failures: int
+    interval: float
+    steps: int
+    actual_interval: float
+    lost: float
+    best_lost: float
+    goodput: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Goodput:
+    """A run's goodput and its badput, all sessions together.
+
+    Attributes:
+        total: the counted wall time, seconds.
+        productive: seconds of steps that counted.
+        buckets: badput seconds by bucket name (:data:`BUCKETS`).
+        ideal_step: seconds of one steady step (None: none measured).
+        sessions: each session's share.
+        idle: seconds between sessions that ended on purpose (left out).
+        paused: seconds paused by a person (left out).
+        deaths: sessions that died.
+        recoveries: accelerator losses recovered inside a session.
+        at_least: buckets that are lower bounds; ``at_most``: upper bounds.
+        cadence: the best fixed cadence, where failures and saves were seen.
+        notes: what limits the figures, in words.
+    """
+
+    total: float
+    productive: float
+    buckets: dict[str, float]
+    ideal_step: float | None
+    sessions: list[SessionGoodput]
+    idle: float = 0.0
+    paused: float = 0.0
+    deaths: int = 0
+    recoveries: int = 0
+    at_least: frozenset[str] = frozenset()
+    at_most: frozenset[str] = frozenset()
+    cadence: Cadence | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def goodput(self) -> float | None:
+        """Productive ÷ total, None before any time or step was measured."""
+        if self.total <= 0 or self.ideal_step is None:
+            return None
+        return self.productive / self.total
+
+    def share(self, bucket: str) -> float:
+        return self.buckets.get(bucket, 0.0) / self.total if self.total > 0 else 0.0
+
+    def one_line(self) -> str:
+        """``goodput 81.3% of 2h04m (downtime 12.0%, redone ≥3.1%, …)``."""
+        figure = self.goodput
+        if figure is None:
+            return "goodput: not measured yet (no steady steps)"
+        parts = []
+        for bucket in sorted(BUCKETS, key=lambda b: -self.buckets.get(b, 0.0)):
+            share = self.share(bucket)
+            if share >= 0.0005:
+                bound = _bound_mark(self, bucket)
+                parts.append(f"{SHORT[bucket]} {bound}{share:.1%}")
+        detail = f" ({', '.join(parts)})" if parts else ""
+        return f"goodput {figure:.1%} of {duration(self.total)}{detail}"
+
+    def table(self) -> list[str]:
+        """The report's lines: every bucket, the step time, the best cadence."""
+        figure = self.goodput
+        if figure is None:
+            return [self.one_line()]
+        deaths = f", {self.deaths} death{'s' if self.deaths != 1 else ''}"
+        lines = [
+            f"goodput {figure:.1%} of {duration(self.total)} "
+            f"({len(self.sessions)} session{'s' if len(self.sessions) != 1 else ''}"
+            f"{deaths if self.deaths else ''})",
+            f"  {'productive training':<40} {duration(self.productive):>9} "
+            f"{figure:>6.1%}",
+        ]
+        for bucket in BUCKETS:
+            seconds = self.buckets.get(bucket, 0.0)
+            bound = {"≥": "  at least", "≤": "  at most"}.get(_bound_mark(self, bucket))
+            lines.append(
+                f"  {bucket:<40} {duration(seconds):>9} {self.share(bucket):>6.1%}"
+                f"{bound or ''}"
+            )
+        if self.ideal_step is not None:
+            lines.append(f"  ideal step: {self.ideal_step:.4g} s")
+        if self.idle or self.paused:
+            lines.append(
+                f"  left out: {duration(self.idle)} between sessions that ended "
+                f"on purpose, {duration(self.paused)} paused"
+            )
+        cadence = self.cadence
+        if cadence is not None:
+            lines.append(
+                f"  best fixed cadence: a save every {cadence.steps:,} steps "
+                f"({duration(cadence.interval)} of training): goodput "
+                f"{cadence.goodput:.1%} instead of {figure:.1%}, "
+                f"{duration(cadence.lost - cadence.best_lost)} less lost (this "
+                f"run saved every {duration(cadence.actual_interval)}; a save "
+                f"holds training {cadence.save_seconds:.3g} s, a failure came "
+                f"every {duration(cadence.between_failures)} of training)"
+            )
+        lines += [f"  note: {note}" for note in self.notes]
+        return lines
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "goodput": self.goodput,
+            "total_seconds": self.total,
+            "productive_seconds": self.productive,
+            "badput_seconds": dict(self.buckets),
+            "ideal_step_seconds": self.ideal_step,
+            "idle_seconds": self.idle,
+            "paused_seconds": self.paused,
+            "deaths": self.deaths,
+            "recoveries": self.recoveries,
+            "at_least": sorted(self.at_least),
+            "at_most": sorted(self.at_most),
+            "best_cadence": dataclasses.asdict(self.cadence) if self.cadence else None,
+            "notes": list(self.notes),
+        }
+
+
+def _bound_mark(result: Goodput, bucket: str) -> str:
+    if bucket in result.at_least:
+        return "≥"
+    return "≤" if bucket in result.at_most else ""
+
+
+def duration(seconds: float | None) -> str:
+    """``2h04m``, ``3m05s``, ``42s``, ``0.4s``."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def compute(report: RunReport) -> Goodput:
+    """The goodput of the run ``report`` read (see the module docstring)."""
+    history = report.history
+    ideal = ideal_step(history)
+    shares: list[SessionGoodput] = []
+    idle = paused = 0.0
+    recoveries = 0
+    previous: Session | None = None
+    previous_end: float | None = None
+    for session in report.sessions:
+        timings = history.timings.get(session.lease)
+        if session.started_at is None:
+            previous = session
+            continue
+        begun = session.started_at - (
+            timings.connect + timings.wait if timings else 0.0
+        )
+        ended = max(session.ended_at or session.started_at, session.started_at)
+        gap = 0.0
+        if previous_end is not None:
+            begun = max(begun, previous_end)  # a takeover overlaps its holder
+            ended = max(ended, begun)
+            before = begun - previous_end
+            if previous is not None and previous.end in DISRUPTED:
+                gap = before
+            else:
+                idle += before
+        in_session = _redone_in_session(history, session.lease)
+        recoveries += len(in_session)
+        share = _session_share(session, timings, ideal, ended - begun, in_session)
+        if gap:
+            share.buckets[RECOVERY] = share.buckets.get(RECOVERY, 0.0) + gap
+            share = dataclasses.replace(share, seconds=share.seconds + gap)
+        paused += timings.paused if timings else 0.0
+        shares.append(share)
+        previous, previous_end = session, ended
+    buckets = {b: sum(s.buckets.get(b, 0.0) for s in shares) for b in BUCKETS}
+    total = sum(s.seconds for s in shares)
+    productive = sum(s.productive for s in shares)
+    deaths = len(report.deaths)
+    notes = []
+    if any(not s.measured for s in shares):
+        notes.append(
+            "a session left no tally of its own (an older version, or killed "
+            "before its first history chunk): its start-up is in OTHER"
+        )
+    if ideal is None:
+        notes.append("no steady step measured yet: goodput needs one")
+    result = Goodput(
+        total=total,
+        productive=productive,
+        buckets=buckets,
+        ideal_step=ideal,
+        sessions=shares,
+        idle=idle,
+        paused=paused,
+        deaths=deaths,
+        recoveries=recoveries,
+        at_least=frozenset({WASTED}) if deaths else frozenset(),
+        at_most=frozenset({RECOVERY}) if deaths else frozenset(),
+        notes=tuple(notes),
+    )
+    saves = sum(t.saves for t in history.timings.values())
+    save_seconds = sum(t.save for t in history.timings.values())
+    cadence = best_cadence(result, saves, save_seconds)
+    return dataclasses.replace(result, cadence=cadence)
+
+
+def ideal_step(history: RunHistory) -> float | None:
+    """Seconds of one steady step: every measured one, else the samples'."""
+    steps = sum(t.steps for t in history.timings.values())
+    if steps:
+        return sum(t.step_seconds for t in history.timings.values()) / steps
+    # Older runs: the samples' pace, each session's first sample left out
+    # (it follows the first step's compile).
+    spent = done = 0.0
+    by_lease: dict[int, list[tuple[float, int]]] = {}
+    for point in history.points:
+        by_lease.setdefault(point.lease, []).append((point.time, point.step))
+    for points in by_lease.values():
+        points.sort()
+        if len(points) >= 3:
+            spent += points[-1][0] - points[1][0]
+            done += points[-1][1] - points[1][1]
+    return spent / done if done > 0 and spent > 0 else None
+
+
+def _redone_in_session(history: RunHistory, lease: int) -> list[int]:
+    """Steps redone after each accelerator loss recovered in session ``lease``."""
+    redone, lost_at = [], None
+    for event in history.events:
+        if event.lease != lease or event.step is None:
+            continue
+        if event.kind == "recovery.started":
+            lost_at = event.step
+        elif event.kind == "run.resumed_at" and lost_at is not None:
+            redone.append(max(0, lost_at - event.step))
+            lost_at = None
+    return redone
+
+
+def _session_share(
+    session: Session,
+    timings: Timings | None,
+    ideal: float | None,
+    wall: float,
+    in_session: list[int],
+) -> SessionGoodput:
+    """Where one session's ``wall`` seconds went."""
+    buckets = dict.fromkeys(BUCKETS, 0.0)
+    step = (timings.step_time if timings else None) or ideal or 0.0
+    trained = (
+        session.last_step - session.first_step
+        if session.first_step is not None and session.last_step is not None
+        else 0
+    )
+    redone = (session.redone[1] - session.redone[0]) if session.redone else 0
+    redone += sum(in_session)
+    trained += sum(in_session)
+    redone = min(redone, trained)
+    productive = (trained - redone) * step
+    buckets[WASTED] = redone * step
+    if timings is not None:
+        buckets[TPU_INITIALIZATION] = timings.connect
+        buckets[RECOVERY] = timings.wait + timings.recovery
+        buckets[TRAINING_PREP] = timings.build
+        buckets[RESTORE] = timings.restore
+        buckets[SAVE] = timings.save
+        buckets[PROGRAM_STARTUP] = max(
+            0.0, timings.first_step - timings.first_steps * step
+        )
+        wall = max(0.0, wall - timings.paused)
+    accounted = productive + sum(buckets.values())
+    buckets[OTHER] = max(0.0, wall - accounted)
+    # Measured seconds beyond the wall time (clocks apart, a session seen
+    # last before its final tally) stretch the session, never go negative.
+    seconds = max(wall, accounted)
+    return SessionGoodput(
+        session.lease, seconds, productive, buckets, measured=timings is not None
+    )
+
+
+def best_cadence(result: Goodput, saves: int, save_seconds: float) -> Cadence | None:
+    """The fixed interval that would have lost least (Young), or None.
+
+    Both cadences are priced by the same model (saves at ``C`` each, half
+    an interval redone per failure), so the saving is never negative and
+    does not hinge on where this run's deaths happened to fall. Needs a
+    failure, a save and a step time: without a failure any interval loses
+    only its saves, and the best is "never".
+    """
+    failures = result.deaths + result.recoveries
+    if not failures or not saves or not result.ideal_step or save_seconds <= 0:
+        return None
+    cost = save_seconds / saves
+    work = result.productive
+    between = (work + result.buckets.get(WASTED, 0.0)) / failures
+    interval = math.sqrt(2 * cost * between)
+    actual = work / saves
+
+    def lost(every: float) -> float:
+        return work * cost / every + failures * every / 2
+
+    best_total = result.total - lost(actual) + lost(interval)
+    return Cadence(
+        save_seconds=cost,
+        between_failures=between,
+        failures=failures,
+        interval=interval,
+        steps=max(1, round(interval / result.ideal_step)),
+        actual_interval=actual,
+        lost=lost(actual),
+        best_lost=lost(interval),
+        goodput=work / best_total if best_total > 0 else 0.0,
+    )
+
+
+def read_goodput(storage: Storage, live: dict[int, Timings] | None = None) -> Goodput:
+    """The goodput of the run in ``storage``, read from its run directory.
+
+    Args:
+        live: tallies newer than the history holds (a session asking about
+            itself), by lease.
+    """
+    report = read_report(storage)
+    report.history.timings.update(live or {})
+    return compute(report)

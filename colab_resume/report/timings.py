@@ -1,0 +1,180 @@
+"""Where a session's time went, measured where it was spent.
+
+Goodput (:mod:`colab_resume.report.goodput`) splits a run's wall time
+into training and what cost it. Leases and beats say when each session
+began and was last seen, by the storage server's clock; what happened in
+between only the session itself can measure: how long connecting, the
+build, the restore and the first step took, how long its training thread
+was held by saves, how long one step takes.
+
+A :class:`Timings` is that tally, on the session's monotonic clock, kept by
+:class:`StepClock` on the training thread. Every history chunk carries the
+tally so far (:mod:`colab_resume.report.history`): the newest chunk of a
+lease is what the session had measured when it was last heard from. So a
+session killed outright loses the seconds since its last chunk, and goodput
+says which of its figures are lower bounds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from colab_resume.errors import CorruptRecordError
+from colab_resume.storage.records import is_number
+
+# A session measures at most this many seconds of anything (ten years):
+# a larger figure in a chunk is damage.
+MAX_SECONDS = 10 * 365 * 86_400.0
+MAX_COUNT = 10**12
+
+
+@dataclasses.dataclass
+class Timings:
+    """One session's measured seconds (its monotonic clock) and counts.
+
+    Attributes:
+        connect: connecting to the accelerator, before the lease.
+        wait: taking the lease, waiting out a silent holder included.
+        build: ``build_model`` inside a fresh strategy scope (all builds).
+        restore: reading the checkpoint into the model (all restores).
+        first_step: the first step after each build (tracing, compiling,
+            the dataset's first batch).
+        first_steps: how many first steps (one per build).
+        step_seconds: every other step, the agent's own per-step work
+            included, saves and pauses not.
+        steps: how many steps ``step_seconds`` covers.
+        save: the training thread held by saves (the snapshot, a wait for
+            the previous upload); the upload itself runs beside training.
+        saves: how many saves.
+        paused: paused by a person (``pause()``): not the run's cost.
+        recovery: reconnecting after an accelerator loss in the session.
+    """
+
+    connect: float = 0.0
+    wait: float = 0.0
+    build: float = 0.0
+    restore: float = 0.0
+    first_step: float = 0.0
+    first_steps: int = 0
+    step_seconds: float = 0.0
+    steps: int = 0
+    save: float = 0.0
+    saves: int = 0
+    paused: float = 0.0
+    recovery: float = 0.0
+
+    @property
+    def step_time(self) -> float | None:
+        """Seconds of one steady step, None before one was measured."""
+        return self.step_seconds / self.steps if self.steps else None
+
+    @contextlib.contextmanager
+    def measure(self, field: str) -> Iterator[None]:
+        """``with timings.measure("build"):`` adds the block's seconds to ``field``."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            spent = time.monotonic() - began
+            setattr(self, field, getattr(self, field) + spent)
+
+    def to_json(self) -> dict[str, float | int]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> Timings:
+        """A chunk's ``timings``, checked field by field.
+
+        Unknown fields are ignored (a newer writer's); a known one of the
+        wrong type or out of range is damage.
+
+        Raises:
+            CorruptRecordError: not an object, or a field is not a number
+                within range.
+        """
+        if not isinstance(raw, dict):
+            raise CorruptRecordError(f"{where}: 'timings' is not an object.")
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            if field.name not in raw:
+                continue
+            value = raw[field.name]
+            counted = field.type in (int, "int")
+            limit = MAX_COUNT if counted else MAX_SECONDS
+            ok = (
+                (isinstance(value, int) and not isinstance(value, bool))
+                if counted
+                else is_number(value)
+            )
+            if not ok or not 0 <= value <= limit:
+                raise CorruptRecordError(
+                    f"{where}: timings field {field.name!r} is {value!r}, not "
+                    f"a {'count' if counted else 'number of seconds'} in range."
+                )
+            values[field.name] = int(value) if counted else float(value)
+        return cls(**values)
+
+
+class StepClock:
+    """Measures one session's steps on its training thread (cheap per step).
+
+    :meth:`started` marks where training (re)starts after a build; each
+    :meth:`step_ended` adds the time since the previous mark to the first
+    step or to the steady steps; :meth:`duty_ended` closes the agent's
+    own work after the step, less what :meth:`held` measured (saves, a
+    pause), which count apart.
+    """
+
+    def __init__(
+        self, timings: Timings, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.timings = timings
+        self._clock = clock
+        self._mark: float | None = None
+        self._first = False
+        self._duty_began = 0.0
+        self._held = 0.0  # of the current duty: saves and pauses
+
+    def started(self) -> None:
+        """Training starts (again) from a fresh build: a first step is next."""
+        self._mark = self._clock()
+        self._first = True
+
+    def step_ended(self) -> None:
+        """A step finished; its duties begin now."""
+        now = self._clock()
+        self._duty_began, self._held = now, 0.0
+        if self._mark is None:
+            return
+        if self._first:
+            self.timings.first_step += now - self._mark
+            self.timings.first_steps += 1
+        else:
+            self.timings.step_seconds += now - self._mark
+            self.timings.steps += 1
+
+    def held(self, seconds: float, kind: str) -> None:
+        """The duty spent ``seconds`` in a save (``"save"``) or a pause."""
+        self._held += seconds
+        if kind == "save":
+            self.timings.save += seconds
+            self.timings.saves += 1
+        else:
+            self.timings.paused += seconds
+
+    def duty_ended(self) -> None:
+        """The step's duties are done: the next step begins."""
+        now = self._clock()
+        if self._mark is not None:
+            # The agent's own per-step work is part of a step's cost.
+            spent = max(0.0, now - self._duty_began - self._held)
+            if self._first:
+                self.timings.first_step += spent
+            else:
+                self.timings.step_seconds += spent
+        self._first = False
+        self._mark = now
