@@ -22,6 +22,9 @@ BEATS_BEFORE_DEAD = 4
 # pace the heartbeat file holds under an hour of them (~100 KB). A rerun
 # on a new VM waits at most 4 beats (2 min) after a silent death.
 DRIVE_HEARTBEAT_SECONDS = 30.0
+# Drive lets one user upload 750 GB a day; save_every="auto" takes at most
+# half of it.
+DRIVE_DAILY_UPLOAD_BYTES = 750e9
 # Training whose step has not moved for this long (while beating) is STALLED.
 STALL_AFTER_SECONDS = 600.0
 # A holder whose lease is unreadable (damage) promised nothing readable:
@@ -33,6 +36,13 @@ UNREADABLE_LEASE_DEAD_AFTER_SECONDS = 120.0
 # default), the newest KEEP committed kept.
 SAVE_EVERY_SECONDS = 600.0
 KEEP = 3
+# save_every="auto" (colab_resume/checkpoint/cadence.py): the interval stays
+# between the floor and the ceiling, and until failures are seen assumes
+# one per PRIOR_BETWEEN_FAILURES_SECONDS of training (a free Colab session
+# rarely lasts much longer unattended).
+AUTO_SAVE_FLOOR_SECONDS = 30.0
+AUTO_SAVE_CEILING_SECONDS = 3600.0
+PRIOR_BETWEEN_FAILURES_SECONDS = 3600.0
 
 # Storage: a transient fault is retried this long before the call fails.
 STORAGE_RETRY_SECONDS = 120.0

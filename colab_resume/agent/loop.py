@@ -65,10 +65,12 @@ from colab_resume.checkpoint import (
     RestoredInfo,
     SaveTriggers,
 )
+from colab_resume.checkpoint.cadence import AutoCadence, Evidence
 from colab_resume.checkpoint.triggers import lifetime_applies
 from colab_resume.errors import FencedError, StorageFullError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
+from colab_resume.report.goodput import evidence_before
 from colab_resume.report.timings import StepClock, Timings
 from colab_resume.runtime import Connection, in_colab, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
@@ -126,6 +128,8 @@ class RunLoop:
         # connect that came before its lease (the first session's).
         self.timings = Timings()
         self._connect_seconds = 0.0
+        # What earlier sessions showed, for save_every="auto" (read once a session).
+        self._evidence: tuple[int, Evidence] | None = None
         # This process's part in a multi-process run (None: the only one).
         self.multihost: MultiHost | None = None
         # History samples and panel refreshes, once a second from the loop.
@@ -406,6 +410,7 @@ class RunLoop:
         self, exc: BaseException, session: RunSession, manager: CheckpointManager
     ) -> None:
         self._recoveries += 1
+        self.timings.recoveries += 1
         with self.timings.measure("recovery"):
             self._reconnect(exc, session, manager)
 
@@ -451,6 +456,7 @@ class RunLoop:
                 boot_time=time.time() - age.seconds if age else None,
             ),
             start_step=start,
+            cadence=self._cadence(session, manager),
         )
         duties = StepDuties(
             session=session,
@@ -471,6 +477,27 @@ class RunLoop:
         )
         duties.step = start
         return duties
+
+    def _cadence(
+        self, session: RunSession, manager: CheckpointManager
+    ) -> AutoCadence | None:
+        """``save_every="auto"``'s chooser, from this run's records and tally."""
+        triggers = self.options.triggers
+        if not triggers.auto:
+            return None
+        if self._evidence is None or self._evidence[0] != session.lease:
+            self._evidence = (
+                session.lease,
+                evidence_before(self.storage, session.lease),
+            )
+        return AutoCadence(
+            self._evidence[1],
+            self.timings,
+            floor=triggers.auto_floor_seconds,
+            ceiling=triggers.auto_ceiling_seconds,
+            daily_upload_bytes=self.storage.store.daily_upload_bytes,
+            checkpoint_bytes=lambda: manager.last_committed_bytes,
+        )
 
     def finish(
         self, total_steps: int | None, session: RunSession, manager: CheckpointManager

@@ -28,6 +28,9 @@ from colab_resume.validate import build, check_bool, check_int
 _FLAT: dict[str, tuple[str, str]] = {
     "save_every_steps": ("triggers", "every_steps"),
     "save_every_seconds": ("triggers", "every_seconds"),
+    "save_every": ("triggers", "every"),
+    "save_every_floor_seconds": ("triggers", "auto_floor_seconds"),
+    "save_every_ceiling_seconds": ("triggers", "auto_ceiling_seconds"),
     "keep": ("checkpoints", "keep"),
     "keep_every_steps": ("checkpoints", "keep_every_steps"),
     "heartbeat_seconds": ("session", "heartbeat_seconds"),
@@ -81,6 +84,16 @@ class AgentOptions:
         save_every_steps (int | None): checkpoint every N steps (None: no step trigger).
         save_every_seconds (float | None): checkpoint every T seconds (None: no
             time trigger).
+        save_every (str | None): ``"auto"``: instead of ``save_every_seconds``,
+            the interval that loses the least time to saves and to steps
+            redone after failures, from this run's measured save cost and
+            failures (``√(2·C·M)``; :mod:`colab_resume.checkpoint.cadence`),
+            re-chosen after every save. ``save_every_steps``, if given,
+            still applies.
+        save_every_floor_seconds (float): the shortest interval ``"auto"``
+            chooses (30).
+        save_every_ceiling_seconds (float): the longest (3600); a store's
+            daily upload cap (Drive) may lengthen it beyond.
         keep (int): newest committed checkpoints to keep.
         keep_every_steps (int | None): also keep every checkpoint at a multiple of this.
         heartbeat_seconds (float): interval between heartbeats (10: a rerun on a
@@ -211,7 +224,11 @@ class AgentOptions:
             object.__setattr__(self, name, made)
 
         part("triggers", TriggerOptions)
-        if self.triggers.every_steps is None and self.triggers.every_seconds is None:
+        if (
+            self.triggers.every_steps is None
+            and self.triggers.every_seconds is None
+            and not self.triggers.auto
+        ):
             raise ValueError(
                 "save_every_steps and save_every_seconds are both None, so no "
                 "checkpoint would ever be written. Set at least one, e.g. "

@@ -32,6 +32,7 @@ from colab_resume.report.timings import StepClock
 log = logging.getLogger(__name__)
 
 StepHook = Callable[[int], None]  # called with the step after its duties
+CADENCE_EVENT = "checkpoint.cadence"
 # One process's wishes, as bits for the agreement.
 WISH_SAVE = 1
 WISH_STOP = 2
@@ -111,6 +112,7 @@ class StepDuties:
             clock.started()
         self._wishes = 0  # not yet agreed (multi-process)
         self.step = 0
+        self.say_cadence(0)
         self.consistent = True  # False while a step is half-applied
 
     def before_step(self) -> None:
@@ -211,6 +213,15 @@ class StepDuties:
             self.clock.held(time.monotonic() - began, "save")
         self.triggers.saved(step, reason)
         log.info("[step %d] checkpoint saved (%s)", step, reason)
+        self.say_cadence(step)
+
+    def say_cadence(self, step: int) -> None:
+        """An event when ``save_every="auto"`` chose an interval, or moved it."""
+        choice = self.triggers.new_choice()
+        if choice is not None:
+            self.events.emit(
+                CADENCE_EVENT, choice.describe(), step=step, seconds=choice.seconds
+            )
 
     def _pause(self, step: int) -> None:
         self.save(step, reason="pause")

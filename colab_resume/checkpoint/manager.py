@@ -202,6 +202,7 @@ class CheckpointManager:
         self._cleared_leftovers = False  # see _upload_and_commit
         self.last_saved: CheckpointName | None = None
         self.last_committed: CheckpointName | None = None
+        self.last_committed_bytes: int | None = None  # its files' size
         self.stall_count = 0
         self.stall_seconds = 0.0
         self.last_blocking_seconds = 0.0
@@ -412,6 +413,7 @@ class CheckpointManager:
         with self._lock:
             self._in_flight = None
             self.last_committed = name
+            self.last_committed_bytes = manifest.total_bytes
         shutil.rmtree(staging, ignore_errors=True)
         self._events.emit(
             "checkpoint.committed",

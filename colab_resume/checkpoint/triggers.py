@@ -1,7 +1,9 @@
 """When a save is due: a small, pure decision with an injectable clock.
 
 Reasons, checked in this order: a requested save (``save_now``), the
-runtime's maximum lifetime drawing near, every N steps, every T seconds.
+runtime's maximum lifetime drawing near, every N steps, every T seconds —
+or, with ``save_every="auto"``, the interval :mod:`.cadence` chooses in
+place of T, re-chosen after every save.
 The lifetime deadline fires once: after that save the VM may live on for a
 while, and saving every step until it dies would stall training.
 """
@@ -14,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from colab_resume import defaults
+from colab_resume.checkpoint.cadence import AutoCadence, Choice
 from colab_resume.validate import check_int, check_seconds
 
 # Colab ends a runtime after about 12 h; saving at 11.5 h leaves room for
@@ -44,17 +47,39 @@ class TriggerOptions:
             boot; None: no deadline trigger).
         boot_time: when the VM booted, seconds since the epoch (by the same
             clock as ``clock``); None: no deadline trigger.
+        every: ``"auto"``: the interval of :mod:`.cadence` replaces
+            ``every_seconds``; None: the fixed triggers only.
+        auto_floor_seconds, auto_ceiling_seconds: the bounds of ``"auto"``.
     """
 
     every_steps: int | None = None
     every_seconds: float | None = defaults.SAVE_EVERY_SECONDS
     lifetime_seconds: float | None = DEFAULT_LIFETIME_SECONDS
     boot_time: float | None = None
+    every: str | None = None
+    auto_floor_seconds: float = defaults.AUTO_SAVE_FLOOR_SECONDS
+    auto_ceiling_seconds: float = defaults.AUTO_SAVE_CEILING_SECONDS
+
+    @property
+    def auto(self) -> bool:
+        return self.every == "auto"
 
     def __post_init__(self) -> None:
         check_int("TriggerOptions.every_steps", self.every_steps, optional=True)
         for name in ("every_seconds", "lifetime_seconds"):
             check_seconds(f"TriggerOptions.{name}", getattr(self, name), optional=True)
+        for name in ("auto_floor_seconds", "auto_ceiling_seconds"):
+            check_seconds(f"TriggerOptions.{name}", getattr(self, name))
+        if self.every not in (None, "auto"):
+            raise ValueError(
+                f"TriggerOptions.every must be 'auto' or None, got {self.every!r}: "
+                f"for a fixed cadence use save_every_steps or save_every_seconds."
+            )
+        if self.auto_floor_seconds > self.auto_ceiling_seconds:
+            raise ValueError(
+                f"TriggerOptions.auto_floor_seconds ({self.auto_floor_seconds}) "
+                f"is above auto_ceiling_seconds ({self.auto_ceiling_seconds})."
+            )
         if self.boot_time is not None and not (
             isinstance(self.boot_time, (int, float)) and math.isfinite(self.boot_time)
         ):
@@ -73,6 +98,7 @@ class SaveTriggers:
             the same clock ``boot_time`` is measured with.
         start_step: the step training starts (or resumes) from; counts as
             the last save.
+        cadence: chooses the interval when ``options.every`` is ``"auto"``.
     """
 
     def __init__(
@@ -81,8 +107,13 @@ class SaveTriggers:
         *,
         clock: Callable[[], float] = time.time,
         start_step: int = 0,
+        cadence: AutoCadence | None = None,
     ) -> None:
         self.options = options
+        self.cadence = cadence if options.auto else None
+        # The interval "auto" chose, and whether it is news since last asked.
+        self.choice: Choice | None = self.cadence.choose() if self.cadence else None
+        self._choice_news = self.choice is not None
         self._clock = clock
         self._last_step = start_step
         self._last_time = clock()
@@ -118,9 +149,18 @@ class SaveTriggers:
         o = self.options
         if o.every_steps is not None and step - self._last_step >= o.every_steps:
             return "steps"
+        if self.choice is not None:
+            return "auto" if now - self._last_time >= self.choice.seconds else None
         if o.every_seconds is not None and now - self._last_time >= o.every_seconds:
             return "seconds"
         return None
+
+    def new_choice(self) -> Choice | None:
+        """The interval "auto" chose, once each time it moved by a fifth or more."""
+        if not self._choice_news:
+            return None
+        self._choice_news = False
+        return self.choice
 
     def steps_due(self, step: int) -> bool:
         """Whether the every-N-steps trigger alone is due at ``step``.
@@ -140,6 +180,12 @@ class SaveTriggers:
         self._last_step = step
         self._last_time = self._clock()
         self._requested = False
+        if self.cadence is not None:
+            before, self.choice = self.choice, self.cadence.choose()
+            moved = (
+                before is None or abs(self.choice.seconds / before.seconds - 1) >= 0.2
+            )
+            self._choice_news = self._choice_news or moved
         if reason == "lifetime" or (
             self.deadline is not None and self._last_time >= self.deadline
         ):

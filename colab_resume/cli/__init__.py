@@ -74,6 +74,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(printable(line))
         if measured is not None:
             print(f"  {measured.one_line()}")
+            if measured.chosen:
+                print(printable(f"  {measured.chosen}"))
     return 0
 
 

@@ -56,8 +56,10 @@ distributed, ``C`` small beside ``M``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 
+from colab_resume.checkpoint.cadence import Evidence
 from colab_resume.report.history import RunHistory
 from colab_resume.report.sessions import (
     DIED,
@@ -66,7 +68,7 @@ from colab_resume.report.sessions import (
     Session,
     read_report,
 )
-from colab_resume.report.timings import Timings
+from colab_resume.report.timings import Timings, duration
 from colab_resume.storage import Storage
 
 TPU_INITIALIZATION = "TPU_INITIALIZATION"
@@ -77,6 +79,7 @@ RESTORE = "UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME"
 WASTED = "WASTED_PROGRESS_FROM_DISRUPTION"
 RECOVERY = "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION"
 OTHER = "OTHER"
+log = logging.getLogger(__name__)
 BUCKETS = (
     RECOVERY,
     WASTED,
@@ -167,6 +170,7 @@ class Goodput:
         at_least: buckets that are lower bounds; ``at_most``: upper bounds.
         cadence: the best fixed cadence, where failures and saves were seen.
         notes: what limits the figures, in words.
+        chosen: what ``save_every="auto"`` last said it chose, if it ran.
     """
 
     total: float
@@ -182,6 +186,7 @@ class Goodput:
     at_most: frozenset[str] = frozenset()
     cadence: Cadence | None = None
     notes: tuple[str, ...] = ()
+    chosen: str | None = None
 
     @property
     def goodput(self) -> float | None:
@@ -263,6 +268,7 @@ class Goodput:
             "at_most": sorted(self.at_most),
             "best_cadence": dataclasses.asdict(self.cadence) if self.cadence else None,
             "notes": list(self.notes),
+            "save_every_auto": self.chosen,
         }
 
 
@@ -270,20 +276,6 @@ def _bound_mark(result: Goodput, bucket: str) -> str:
     if bucket in result.at_least:
         return "≥"
     return "≤" if bucket in result.at_most else ""
-
-
-def duration(seconds: float | None) -> str:
-    """``2h04m``, ``3m05s``, ``42s``, ``0.4s``."""
-    if seconds is None:
-        return "-"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = int(round(seconds))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def compute(report: RunReport) -> Goodput:
@@ -351,7 +343,10 @@ def compute(report: RunReport) -> Goodput:
     saves = sum(t.saves for t in history.timings.values())
     save_seconds = sum(t.save for t in history.timings.values())
     cadence = best_cadence(result, saves, save_seconds)
-    return dataclasses.replace(result, cadence=cadence)
+    said = [e.message for e in history.events if e.kind == "checkpoint.cadence"]
+    return dataclasses.replace(
+        result, cadence=cadence, chosen=said[-1] if said else None
+    )
 
 
 def ideal_step(history: RunHistory) -> float | None:
@@ -473,3 +468,26 @@ def read_goodput(storage: Storage, live: dict[int, Timings] | None = None) -> Go
     report = read_report(storage)
     report.history.timings.update(live or {})
     return compute(report)
+
+
+def evidence_before(storage: Storage, lease: int) -> Evidence:
+    """What the sessions before ``lease`` showed, for ``save_every="auto"``.
+
+    Nothing (the prior alone) when the records cannot be read: the cadence
+    then starts as a new run's does.
+    """
+    try:
+        report = read_report(storage)
+    except Exception as exc:  # a figure must never stop training
+        log.warning("save_every='auto': earlier sessions not read (%s)", exc)
+        return Evidence()
+    report.sessions = [s for s in report.sessions if s.lease < lease]
+    earlier = {n: t for n, t in report.history.timings.items() if n < lease}
+    report.history.timings = earlier
+    result = compute(report)
+    return Evidence(
+        training=result.productive + result.buckets.get(WASTED, 0.0),
+        failures=result.deaths + result.recoveries,
+        save_seconds=sum(t.save for t in earlier.values()),
+        saves=sum(t.saves for t in earlier.values()),
+    )

@@ -52,6 +52,7 @@ class Timings:
         saves: how many saves.
         paused: paused by a person (``pause()``): not the run's cost.
         recovery: reconnecting after an accelerator loss in the session.
+        recoveries: how many such losses.
     """
 
     connect: float = 0.0
@@ -66,6 +67,7 @@ class Timings:
     saves: int = 0
     paused: float = 0.0
     recovery: float = 0.0
+    recoveries: int = 0
 
     @property
     def step_time(self) -> float | None:
@@ -117,6 +119,20 @@ class Timings:
                 )
             values[field.name] = int(value) if counted else float(value)
         return cls(**values)
+
+
+def duration(seconds: float | None) -> str:
+    """``2h04m``, ``3m05s``, ``42s``, ``0.4s``."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 class StepClock:

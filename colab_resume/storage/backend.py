@@ -105,6 +105,9 @@ class Store(abc.ABC):
         protocol: the URL's scheme.
         root: the run directory's path inside the store.
         principal: who the store acts as, for messages ("the local user").
+        daily_upload_bytes: how much one user may upload to this kind of
+            storage a day (Drive: 750 GB), which ``save_every="auto"`` stays
+            well under; None: no such cap.
         heartbeat_seconds: the interval between heartbeats this kind of
             storage wants when the user chose none (a service with tight
             per-user quotas); None: the product's default.
@@ -112,6 +115,7 @@ class Store(abc.ABC):
 
     principal = "the local user"
     heartbeat_seconds: float | None = None
+    daily_upload_bytes: float | None = None
 
     def __init__(
         self, url: str, protocol: str, root: str, storage_options: dict[str, Any]

@@ -130,6 +130,7 @@ class DriveStore(Store):
     """A run directory in Google Drive; see the module docstring."""
 
     heartbeat_seconds = defaults.DRIVE_HEARTBEAT_SECONDS
+    daily_upload_bytes = defaults.DRIVE_DAILY_UPLOAD_BYTES
 
     def __init__(
         self, url: str, protocol: str, root: str, storage_options: dict[str, Any]

@@ -1,0 +1,136 @@
+"""``save_every="auto"``: the save interval that loses the least time.
+
+Saving often costs the training thread a save's blocking time ``C`` each
+time; saving rarely costs, at every failure, the steps since the last save.
+With failures at random, a mean ``M`` seconds of training apart, the
+interval ``τ = √(2·C·M)`` minimises the sum (Young's approximation, good
+while ``C`` is small beside ``M``, as a save's blocking part is here: the
+upload runs beside training).
+
+``C`` is measured: the mean blocking time of this run's saves, earlier
+sessions' included (:mod:`colab_resume.report.timings`). ``M`` is what the
+run directory shows — training time over deaths and accelerator losses,
+all sessions — blended with a stated prior so a run with no failure yet
+still saves: ``M = (W + M₀) / (F + 1)`` with ``W`` seconds trained, ``F``
+failures seen and ``M₀`` the prior (one hour: a free Colab session rarely
+lasts much longer unattended). The first failure pulls ``M`` halfway to
+what was seen; many pull it all the way.
+
+The interval is then held within the user's floor and ceiling and above
+what the store allows: Drive lets one user upload 750 GB a day, and a
+cadence that uploads more than half of that stops at the cap mid-run. It
+is re-estimated after every save.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from colab_resume import defaults
+from colab_resume.report.timings import Timings, duration
+
+PRIOR_BETWEEN_FAILURES = defaults.PRIOR_BETWEEN_FAILURES_SECONDS  # M₀
+FLOOR_SECONDS = defaults.AUTO_SAVE_FLOOR_SECONDS
+CEILING_SECONDS = defaults.AUTO_SAVE_CEILING_SECONDS
+# The share of a store's daily upload allowance a cadence may take.
+BUDGET_SHARE = 0.5
+DAY = 86_400.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """What the earlier sessions of the run showed (from its run directory).
+
+    Attributes:
+        training: seconds of training they measured.
+        failures: their deaths and accelerator losses.
+        save_seconds, saves: their saves' blocking time, and how many.
+    """
+
+    training: float = 0.0
+    failures: int = 0
+    save_seconds: float = 0.0
+    saves: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """An interval and the figures it came from."""
+
+    seconds: float
+    save_cost: float | None
+    between_failures: float
+    failures: int
+    limited_by: str | None  # "floor", "ceiling", "upload budget" or None
+
+    def describe(self) -> str:
+        """``saving every 4m10s (auto): a save holds training 0.8 s, …``."""
+        every = duration(self.seconds)
+        if self.save_cost is None:
+            return f"saving every {every} (auto): measuring what a save costs first"
+        seen = f"{self.failures} seen" if self.failures else "none seen yet, a prior"
+        text = (
+            f"saving every {every} (auto): a save holds training "
+            f"{self.save_cost:.3g} s, a failure every "
+            f"{duration(self.between_failures)} of training ({seen})"
+        )
+        if self.limited_by:
+            text += f"; held at the {self.limited_by}"
+        return text
+
+
+class AutoCadence:
+    """Chooses the interval between saves; see the module docstring.
+
+    Args:
+        evidence: what the earlier sessions showed.
+        timings: this session's live tally (saves, steps, recoveries).
+        floor, ceiling: the user's bounds, seconds.
+        daily_upload_bytes: the store's daily upload allowance, if it has one.
+        checkpoint_bytes: the size of the newest checkpoint, when known.
+        prior: ``M₀``.
+    """
+
+    def __init__(
+        self,
+        evidence: Evidence,
+        timings: Timings,
+        *,
+        floor: float = FLOOR_SECONDS,
+        ceiling: float = CEILING_SECONDS,
+        daily_upload_bytes: float | None = None,
+        checkpoint_bytes: Callable[[], int | None] = lambda: None,
+        prior: float = PRIOR_BETWEEN_FAILURES,
+    ) -> None:
+        self.evidence = evidence
+        self.timings = timings
+        self.floor = floor
+        self.ceiling = max(floor, ceiling)
+        self.daily_upload_bytes = daily_upload_bytes
+        self.checkpoint_bytes = checkpoint_bytes
+        self.prior = prior
+
+    def choose(self) -> Choice:
+        """The interval now, from everything measured so far."""
+        ev, now = self.evidence, self.timings
+        saves = ev.saves + now.saves
+        cost = (ev.save_seconds + now.save) / saves if saves else None
+        trained = ev.training + now.step_seconds + now.first_step
+        failures = ev.failures + now.recoveries
+        between = (trained + self.prior) / (failures + 1)
+        if cost is None:
+            seconds, limited = self.floor, None  # a first save, to measure one
+        else:
+            seconds, limited = math.sqrt(2 * max(cost, 1e-6) * between), None
+        if seconds < self.floor:
+            seconds, limited = self.floor, "floor"
+        if seconds > self.ceiling:
+            seconds, limited = self.ceiling, "ceiling"
+        nbytes = self.checkpoint_bytes()
+        if self.daily_upload_bytes and nbytes:  # a hard limit: above the ceiling too
+            budget = nbytes * DAY / (self.daily_upload_bytes * BUDGET_SHARE)
+            if budget > seconds:
+                seconds, limited = budget, "upload budget"
+        return Choice(seconds, cost, between, failures, limited)

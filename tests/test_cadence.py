@@ -1,0 +1,172 @@
+"""``save_every="auto"``: the interval chosen from the run's measured costs.
+
+The choice is checked on known figures; the trigger and the options with
+their own classes; the whole in a real ``fit`` on TensorFlow (CPU) with a
+real local run directory, and after a real SIGKILL the next session's
+choice counts the death.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from support.processes import run_cli, train_agent
+
+from colab_resume.checkpoint.cadence import AutoCadence, Evidence
+from colab_resume.checkpoint.triggers import SaveTriggers, TriggerOptions
+from colab_resume.report.goodput import evidence_before
+from colab_resume.report.timings import Timings
+from colab_resume.storage import Storage
+
+
+def test_without_a_failure_the_prior_sets_the_interval():
+    timings = Timings(save=2.0, saves=4, step_seconds=0.0)
+    choice = AutoCadence(Evidence(), timings, prior=3600.0).choose()
+    assert choice.seconds == pytest.approx(math.sqrt(2 * 0.5 * 3600.0))
+    assert choice.failures == 0
+    assert "none seen yet" in choice.describe()
+
+
+def test_failures_seen_pull_the_interval_towards_what_they_say():
+    evidence = Evidence(training=7200.0, failures=3, save_seconds=1.0, saves=2)
+    choice = AutoCadence(evidence, Timings(), prior=3600.0).choose()
+    between = (7200.0 + 3600.0) / 4
+    assert choice.between_failures == pytest.approx(between)
+    assert choice.seconds == pytest.approx(math.sqrt(2 * 0.5 * between))
+    assert "3 seen" in choice.describe()
+
+
+def test_the_first_save_comes_at_the_floor_to_measure_one():
+    choice = AutoCadence(Evidence(), Timings(), floor=45.0).choose()
+    assert choice.seconds == 45.0 and choice.save_cost is None
+    assert "measuring" in choice.describe()
+
+
+def test_bounds_and_the_upload_budget():
+    cheap = Timings(save=0.001, saves=1)
+    assert AutoCadence(Evidence(), cheap, floor=30.0).choose().limited_by == "floor"
+    dear = Timings(save=500.0, saves=1)
+    held = AutoCadence(Evidence(), dear, ceiling=600.0).choose()
+    assert held.seconds == 600.0 and held.limited_by == "ceiling"
+    # 10 GB checkpoints into a 750 GB/day allowance, half of it ours: one
+    # every 2,304 s at most, above the ceiling too.
+    budget = AutoCadence(
+        Evidence(),
+        cheap,
+        ceiling=600.0,
+        daily_upload_bytes=750e9,
+        checkpoint_bytes=lambda: 10_000_000_000,
+    ).choose()
+    assert budget.seconds == pytest.approx(10e9 * 86_400 / 375e9)
+    assert budget.limited_by == "upload budget"
+    assert "upload budget" in budget.describe()
+
+
+def test_the_trigger_uses_the_choice_and_rechooses_after_each_save():
+    now = [0.0]
+    timings = Timings()
+    cadence = AutoCadence(Evidence(), timings, floor=10.0, prior=3600.0)
+    triggers = SaveTriggers(
+        TriggerOptions(every="auto"), clock=lambda: now[0], cadence=cadence
+    )
+    assert triggers.new_choice().seconds == 10.0  # the first: news
+    assert triggers.new_choice() is None
+    now[0] = 9.0
+    assert triggers.due(5) is None  # the default 600 s is replaced, not added
+    now[0] = 10.0
+    assert triggers.due(6) == "auto"
+    timings.save, timings.saves = 0.5, 1
+    triggers.saved(6, "auto")
+    moved = triggers.new_choice()
+    assert moved is not None and moved.seconds == pytest.approx(math.sqrt(3600.0))
+
+
+def test_auto_off_keeps_the_fixed_triggers():
+    now = [0.0]
+    triggers = SaveTriggers(
+        TriggerOptions(every_seconds=5.0),
+        clock=lambda: now[0],
+        cadence=AutoCadence(Evidence(), Timings()),
+    )
+    now[0] = 6.0
+    assert triggers.choice is None and triggers.due(1) == "seconds"
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"save_every": "often"}, "'auto' or None"),
+        ({"save_every": "auto", "save_every_floor_seconds": -1}, "floor"),
+        (
+            {
+                "save_every": "auto",
+                "save_every_floor_seconds": 100,
+                "save_every_ceiling_seconds": 10,
+            },
+            "above",
+        ),
+    ],
+)
+def test_bad_auto_options_are_named(options, match):
+    from colab_resume.agent.options import AgentOptions
+
+    with pytest.raises(ValueError, match=match):
+        AgentOptions(**options)
+
+
+def test_auto_alone_is_a_cadence():
+    from colab_resume.agent.options import AgentOptions
+
+    options = AgentOptions(save_every="auto", save_every_seconds=None)
+    assert options.triggers.auto
+
+
+def test_a_fit_with_auto_saves_says_why_and_the_next_session_counts_a_death(
+    tmp_path,
+):
+    """A real fit, ``save_every="auto"`` with bounds that make every step's
+    interval due: saves happen for the reason "auto" and the choice is an
+    event. Then a session SIGKILLed mid-run: the next one's evidence counts
+    that death."""
+    tf = pytest.importorskip("tensorflow")
+    import keras
+
+    import colab_resume as cr
+
+    x = np.random.RandomState(0).randn(64, 4).astype("float32")
+
+    def build_model() -> keras.Model:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    def make_dataset(epoch: int):
+        return tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8)
+
+    agent = cr.Agent(
+        str(tmp_path / "run"),
+        prefer="cpu",
+        save_every="auto",
+        save_every_seconds=None,
+        save_every_floor_seconds=1e-4,
+        save_every_ceiling_seconds=1e-4,
+    )
+    agent.fit(build_model, make_dataset, epochs=1, steps_per_epoch=8, verbose=0)
+    said = agent.events.recent(kind="checkpoint.cadence")
+    assert said and "saving every" in said[0].message and "(auto)" in said[0].message
+    assert agent.goodput().sessions[0].buckets["UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"] > 0
+    # Anyone can read the choice: status shows the last one the run said.
+    status = run_cli("status", str(tmp_path / "run"), expect_rc=0).stdout
+    assert "saving every" in status and "(auto)" in status
+
+    killed = str(tmp_path / "killed")
+    first = train_agent(
+        killed, str(tmp_path / "a.npz"), "--kill-at-step", "20",
+        "--tick-seconds", "0.05", expect_rc=-9,
+    )  # fmt: skip
+    assert "KILLING at step 20" in first.stdout
+    evidence = evidence_before(Storage(killed), lease=2)
+    assert evidence.failures == 1
+    assert evidence.training > 0
