@@ -119,8 +119,10 @@ def test_bad_auto_options_are_named(options, match):
 def test_auto_alone_is_a_cadence():
     from colab_resume.agent.options import AgentOptions
 
-    options = AgentOptions(save_every="auto", save_every_seconds=None)
+    options = AgentOptions(save_every="auto")
     assert options.triggers.auto
+    with pytest.raises(ValueError, match="in place of save_every_seconds"):
+        AgentOptions(save_every="auto", save_every_seconds=60)
 
 
 def test_a_fit_with_auto_saves_says_why_and_the_next_session_counts_a_death(
@@ -149,7 +151,6 @@ def test_a_fit_with_auto_saves_says_why_and_the_next_session_counts_a_death(
         str(tmp_path / "run"),
         prefer="cpu",
         save_every="auto",
-        save_every_seconds=None,
         save_every_floor_seconds=1e-4,
         save_every_ceiling_seconds=1e-4,
     )

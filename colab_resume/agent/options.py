@@ -88,8 +88,8 @@ class AgentOptions:
             the interval that loses the least time to saves and to steps
             redone after failures, from this run's measured save cost and
             failures (``√(2·C·M)``; :mod:`colab_resume.checkpoint.cadence`),
-            re-chosen after every save. ``save_every_steps``, if given,
-            still applies.
+            re-chosen after every save (giving ``save_every_seconds`` too is
+            refused). ``save_every_steps``, if given, still applies.
         save_every_floor_seconds (float): the shortest interval ``"auto"``
             chooses (30).
         save_every_ceiling_seconds (float): the longest (3600); a store's
@@ -224,6 +224,12 @@ class AgentOptions:
             object.__setattr__(self, name, made)
 
         part("triggers", TriggerOptions)
+        if self.triggers.auto and options.get("save_every_seconds") is not None:
+            raise ValueError(
+                f"save_every='auto' chooses the interval in place of "
+                f"save_every_seconds, which is {options['save_every_seconds']!r} "
+                f"here: drop one of the two (save_every_steps may stay)."
+            )
         if (
             self.triggers.every_steps is None
             and self.triggers.every_seconds is None
