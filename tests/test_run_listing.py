@@ -71,9 +71,17 @@ def listings(
 def test_status_lists_leases_and_checkpoints_once(monkeypatch, run_dir):
     # Two prefixes, not the whole run directory: history/ grows with the run
     # and a status poll should not pay for it (nor fail when it is stuffed).
+    assert listings(monkeypatch, run_dir, "status", "--brief") == {
+        rundir.LEASE_DIR + "/": 1,
+        rundir.CHECKPOINT_DIR: 1,
+    }
+    # The goodput line reads the beats and the history once more, and the
+    # verdict's listing is shared with it.
     assert listings(monkeypatch, run_dir, "status") == {
         rundir.LEASE_DIR + "/": 1,
         rundir.CHECKPOINT_DIR: 1,
+        rundir.HEARTBEAT_DIR + "/": 1,
+        "history/": 1,
     }
 
 

@@ -1,6 +1,6 @@
 """``colab-resume``: inspect runs from anywhere, without TensorFlow.
 
-colab-resume status RUN_DIR [--json]
+colab-resume status RUN_DIR [--json] [--brief]
 colab-resume watch RUN_DIR [--interval S] [--on-dead CMD] [--on-done CMD]
 colab-resume ls RUN_DIR [--json]
 colab-resume prune RUN_DIR --keep N
@@ -24,6 +24,8 @@ from colab_resume._version import __version__
 from colab_resume.errors import ColabResumeError
 
 if TYPE_CHECKING:
+    from colab_resume.heartbeat.liveness import RunStatus
+    from colab_resume.protocol.listing import RunListing
     from colab_resume.report.goodput import Goodput
     from colab_resume.storage import Storage
 
@@ -52,10 +54,16 @@ def _open(args: argparse.Namespace) -> Storage:  # imported lazily for speed
 def cmd_status(args: argparse.Namespace) -> int:
     from colab_resume.cli.watch import host_lines, one_line, printable
     from colab_resume.heartbeat.liveness import read_status
+    from colab_resume.protocol.listing import RunListing
 
     storage = _open(args)
-    status = read_status(storage, dead_after_seconds=args.dead_after_seconds)
-    measured = _goodput(storage) if status.lease else None
+    # One listing for the verdict and the goodput both.
+    listing = RunListing.read(storage)
+    status = read_status(
+        storage, dead_after_seconds=args.dead_after_seconds, listing=listing
+    )
+    wanted = status.lease and not args.brief
+    measured = _goodput(storage, listing, status) if wanted else None
     if args.json:
         found = status.to_json()
         found["goodput"] = measured.to_json() if measured is not None else None
@@ -79,12 +87,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _goodput(storage: Storage) -> Goodput | None:
+def _goodput(
+    storage: Storage, listing: RunListing, status: RunStatus
+) -> Goodput | None:
     """The run's goodput for ``status``; None if its records cannot say."""
     from colab_resume.report.goodput import read_goodput
 
     try:
-        return read_goodput(storage)
+        return read_goodput(storage, listing=listing, holder=status)
     except Exception as exc:  # the verdict above matters more than the figure
         log.warning("goodput: not computed: %s", exc)
         return None
@@ -208,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
         "status", "Is the run alive, stalled, dead, stopped or finished?"
     )
     status.add_argument("--json", action="store_true", help="print RunStatus as JSON")
+    status.add_argument(
+        "--brief",
+        action="store_true",
+        help="the verdict only: skip the goodput line (which reads the history)",
+    )
     status.add_argument(
         "--dead-after-seconds",
         "--dead-after",  # the older spelling

@@ -60,6 +60,8 @@ import logging
 import math
 
 from colab_resume.checkpoint.cadence import Evidence
+from colab_resume.heartbeat.liveness import RunStatus
+from colab_resume.protocol.listing import RunListing
 from colab_resume.report.history import RunHistory
 from colab_resume.report.sessions import (
     DIED,
@@ -458,14 +460,21 @@ def best_cadence(result: Goodput, saves: int, save_seconds: float) -> Cadence | 
     )
 
 
-def read_goodput(storage: Storage, live: dict[int, Timings] | None = None) -> Goodput:
+def read_goodput(
+    storage: Storage,
+    live: dict[int, Timings] | None = None,
+    *,
+    listing: RunListing | None = None,
+    holder: RunStatus | None = None,
+) -> Goodput:
     """The goodput of the run in ``storage``, read from its run directory.
 
     Args:
         live: tallies newer than the history holds (a session asking about
             itself), by lease.
+        listing, holder: already read by the caller (``status``).
     """
-    report = read_report(storage)
+    report = read_report(storage, listing=listing, holder=holder)
     report.history.timings.update(live or {})
     return compute(report)
 

@@ -42,6 +42,7 @@ from colab_resume.heartbeat.liveness import (
     COMPLETED,
     FAILED,
     STALLED,
+    RunStatus,
     read_status,
 )
 from colab_resume.protocol import rundir
@@ -168,20 +169,29 @@ class _Records:
     committed_at: float | None = None  # its newest listed manifest's time (server)
 
 
-def read_report(storage: Storage, reader: HistoryReader | None = None) -> RunReport:
+def read_report(
+    storage: Storage,
+    reader: HistoryReader | None = None,
+    *,
+    listing: RunListing | None = None,
+    holder: RunStatus | None = None,
+) -> RunReport:
     """Read every session of the run in ``storage`` (damage is a problem, never raised).
 
     Args:
         storage: the run directory.
         reader: a history reader to reuse (it fetches only new chunks).
+        listing, holder: the run's listing and verdict, where the caller
+            already read them (``status``): not read twice.
     """
     history = (reader or HistoryReader(storage)).read()
     problems = list(history.problems)
-    try:
-        listing = RunListing.read(storage)
-    except CorruptRecordError as exc:  # an absurd lease: draw the history alone
-        problems.append(str(exc))
-        listing = RunListing(url=storage.url, leases=(), checkpoints=())
+    if listing is None:
+        try:
+            listing = RunListing.read(storage)
+        except CorruptRecordError as exc:  # an absurd lease: draw the history alone
+            problems.append(str(exc))
+            listing = RunListing(url=storage.url, leases=(), checkpoints=())
     beats_at = {
         info.path: info.updated for info in storage.list(rundir.HEARTBEAT_DIR + "/")
     }
@@ -213,7 +223,8 @@ def read_report(storage: Storage, reader: HistoryReader | None = None) -> RunRep
         read = _restored_from(event)
         if read is not None:
             leases.setdefault(read.lease, _Records(read.lease)).commits.add(read.step)
-    holder = read_status(storage, listing=listing) if listing.leases else None
+    if holder is None and listing.leases:
+        holder = read_status(storage, listing=listing)
     sessions = _sessions(leases, history, holder.state if holder else None)
     commits = {step for found in leases.values() for step in found.commits}
     # Where a session resumed was committed, even if pruned since.
