@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
 import struct
 import time
 from typing import Any
@@ -62,7 +63,7 @@ def event_bytes(
     """One serialized ``tensorboard.Event`` proto, written by hand.
 
     Only the fields this module needs: ``wall_time`` (1, double), ``step``
-    (2, int64), ``file_version`` (3, string), ``session_log`` (6, message
+    (2, int64), ``file_version`` (3, string), ``session_log`` (7, message
     ``SessionLog``, whose ``status`` is field 1). No protobuf package is
     needed to write it.
     """
@@ -73,7 +74,7 @@ def event_bytes(
         out += b"\x1a" + _varint(len(file_version)) + file_version
     if session_start:
         session_log = b"\x08" + _varint(SESSION_LOG_START)
-        out += b"\x32" + _varint(len(session_log)) + session_log
+        out += b"\x3a" + _varint(len(session_log)) + session_log
     return out
 
 
@@ -98,14 +99,25 @@ def restart_file(step: int, wall_time: float | None = None) -> bytes:
     )
 
 
-def restart_name(writer_file: str) -> str:
-    """The name that sorts just before ``writer_file``, after any earlier file.
+def restart_name(existing: list[str], *, host: str, pid: int, now: float) -> str:
+    """A name for the ``START`` file that sorts after ``existing``, before the next.
 
-    A proper prefix of a name sorts right before it: the writer's file
-    name less its last dotted part (``.v2``), or less its last character.
-    Earlier sessions' files carry an earlier timestamp at the same position,
-    so they sort before both.
+    TensorFlow names an event file ``events.out.tfevents.<seconds>.<host>.<pid>.
+    <n>.v2``, so the one this process's writer creates next sorts after
+    ``events.out.tfevents.<seconds now>.<host>.<pid>`` (a proper prefix of it
+    in the same second, smaller at the seconds otherwise), and earlier
+    sessions' files, with earlier seconds, sort before it. Where an
+    existing file does not (this process wrote one this second), the name
+    goes right after that file instead.
     """
+    name = f"events.out.{_EVENTS}.{int(now):010d}.{host}.{pid}"
+    last = max(existing, default="")
+    return name if name > last else f"{last}.restart"
+
+
+def restart_name_before(writer_file: str) -> str:
+    """The name that sorts just before ``writer_file`` and after what precedes it:
+    a proper prefix of it (less its last dotted part, ``.v2``)."""
     base = writer_file.rpartition(".")[0]
     return base if _EVENTS in base else writer_file[:-1]
 
@@ -119,9 +131,10 @@ class RestartMarks:
 
     def __init__(self, log_dir: str, storage_options: dict[str, Any] | None) -> None:
         self.log_dir = log_dir
-        self._local = "://" not in log_dir
         self._storage = (
-            None if self._local else Storage(log_dir.rstrip("/"), storage_options)
+            None
+            if "://" not in log_dir
+            else Storage(log_dir.rstrip("/"), storage_options)
         )
 
     def _event_files(self, folder: str) -> list[str]:
@@ -129,7 +142,7 @@ class RestartMarks:
             path = os.path.join(self.log_dir, folder)
             names = os.listdir(path) if os.path.isdir(path) else []
         else:
-            prefix = folder.rstrip("/") + "/"
+            prefix = folder + "/"
             names = [
                 item.path[len(prefix) :]
                 for item in self._storage.list(prefix)
@@ -137,22 +150,33 @@ class RestartMarks:
             ]
         return sorted(name for name in names if _EVENTS in name)
 
-    def mark(self, folder: str, step: int) -> str | None:
-        """Write ``START`` at ``step`` into ``folder``, just before its newest file.
-
-        Returns the file's name, or None when ``folder`` has no event file
-        yet (the writer has not created its file: nothing to precede).
-        """
-        files = self._event_files(folder)
-        if not files:
-            return None
-        name = restart_name(files[-1])
-        data = restart_file(step)
+    def _write(self, folder: str, name: str, data: bytes) -> None:
         if self._storage is None:
+            os.makedirs(os.path.join(self.log_dir, folder), exist_ok=True)
             with open(os.path.join(self.log_dir, folder, name), "wb") as handle:
                 handle.write(data)
         else:
-            self._storage.write_bytes(f"{folder.rstrip('/')}/{name}", data)
+            self._storage.write_bytes(f"{folder}/{name}", data)
+
+    def before_writer(self, folder: str, step: int) -> str:
+        """``START`` at ``step`` in ``folder``, before its writer creates its file."""
+        name = restart_name(
+            self._event_files(folder),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            now=time.time(),
+        )
+        self._write(folder, name, restart_file(step))
+        return name
+
+    def before_newest(self, folder: str, step: int) -> str | None:
+        """``START`` at ``step`` in ``folder``, just before its newest file (the
+        writer's, created before the step was known). None: no file yet."""
+        files = self._event_files(folder)
+        if not files:
+            return None
+        name = restart_name_before(files[-1])
+        self._write(folder, name, restart_file(step))
         return name
 
 
@@ -175,15 +199,14 @@ def continued_tensorboard_class() -> type:
         (those steps are trained again). Epoch summaries use the run's step.
         """
 
-        def __init__(
-            self, log_dir: str, marks: RestartMarks, **kwargs: Any
-        ) -> None:
+        def __init__(self, log_dir: str, marks: RestartMarks, **kwargs: Any) -> None:
             super().__init__(log_dir=log_dir, **kwargs)
             self._marks = marks
-            # The step this session's summaries start after, until each
-            # run folder (train, validation) has been marked.
+            # The step this session trains on from (None: not known yet), and
+            # the run folders not yet marked since it became known.
             self._restart_at: int | None = None
             self._pending: set[str] = set()
+            self._summary_due = False
             self.restart_files: list[str] = []
 
         # --- where a session starts ---------------------------------------------
@@ -191,6 +214,9 @@ def continued_tensorboard_class() -> type:
         def _session_starts(self, step: int) -> None:
             self._restart_at = step
             self._pending = {"train", "validation"}
+            if self._summary_due:  # held back until the train folder is marked
+                self._summary_due = False
+                base._write_keras_model_summary(self)
 
         def on_train_begin(self, logs: Any = None) -> None:
             self._session_starts(0)
@@ -213,13 +239,28 @@ def continued_tensorboard_class() -> type:
             self._global_test_batch = int(state["test_batch"])
             self._push_writer(self._train_writer, self._global_train_batch)
 
-        # --- the writers: each marked before its first summary of a session ------
+        def _write_keras_model_summary(self) -> None:
+            # set_model writes it before the session's step is known: opening
+            # the writer then would leave no room for the mark before its file.
+            if self._restart_at is None:
+                self._summary_due = True
+            else:
+                super()._write_keras_model_summary()
 
-        def _marked(self, folder: str, writer: Any) -> Any:
-            if self._restart_at is None or folder not in self._pending:
-                return writer
-            writer.flush()  # its file exists from here on
-            name = self._marks.mark(folder, self._restart_at + 1)
+        # --- the writers: each folder marked before its first summary ------------
+
+        def _writer(self, folder: str, key: str, open_writer: Any) -> Any:
+            marking = self._restart_at is not None and folder in self._pending
+            if not marking:
+                return open_writer(self)
+            step = int(self._restart_at or 0) + 1  # the first step logged now
+            if key not in self._writers:
+                name: str | None = self._marks.before_writer(folder, step)
+                writer = open_writer(self)
+            else:  # opened before the step was known (an in-session recovery)
+                writer = open_writer(self)
+                writer.flush()
+                name = self._marks.before_newest(folder, step)
             if name is not None:
                 self._pending.discard(folder)
                 self.restart_files.append(f"{folder}/{name}")
@@ -227,11 +268,11 @@ def continued_tensorboard_class() -> type:
 
         @property
         def _train_writer(self) -> Any:
-            return self._marked("train", base._train_writer.fget(self))
+            return self._writer("train", "train", base._train_writer.fget)
 
         @property
         def _val_writer(self) -> Any:
-            return self._marked("validation", base._val_writer.fget(self))
+            return self._writer("validation", "val", base._val_writer.fget)
 
         # --- one step axis ------------------------------------------------------
 
