@@ -11,7 +11,7 @@ says which pip line installs it.
 
 from colab_resume.trackers.identity import read_identity
 from colab_resume.trackers.mlflow_run import MlflowRun, mlflow_run
-from colab_resume.trackers.tensorboard import tensorboard
+from colab_resume.trackers.tensorboard_log import tensorboard
 from colab_resume.trackers.wandb_run import WandbRun, wandb_run
 
 __all__ = [

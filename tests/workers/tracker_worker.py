@@ -4,7 +4,7 @@
         [--mlflow TRACKING_URI] [--wandb WANDB_DIR] [--kill-at-step N]
 
 Trains a small Keras model (one Dense layer) through ``Agent.fit`` for 3
-epochs of 8 steps, with validation, a checkpoint every 5 steps, and the
+epochs of 60 steps, with validation, a checkpoint every 70 steps, and the
 trackers asked for: ``cr.trackers.tensorboard`` (batch summaries),
 ``cr.trackers.mlflow_run`` and ``cr.trackers.wandb_run`` (offline), each
 logging every step. ``--kill-at-step`` SIGKILLs the process itself right
@@ -24,7 +24,10 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-EPOCHS, STEPS_PER_EPOCH, BATCH = 3, 8, 8
+# Long enough that W&B's offline writer has put its first block of rows on
+# disk (it writes 32 KiB at a time: some 80 rows) past the checkpoint of
+# step 70 before the kill at step 130, so the resumed session meets them.
+EPOCHS, STEPS_PER_EPOCH, BATCH, SAVE_EVERY = 3, 60, 8, 70
 
 
 def parse() -> argparse.Namespace:
@@ -63,7 +66,7 @@ def main() -> int:
 
     agent = cr.Agent(
         args.run_dir,
-        save_every_steps=5,
+        save_every_steps=SAVE_EVERY,
         save_every_seconds=None,
         heartbeat_seconds=0.5,
         prefer="cpu",
