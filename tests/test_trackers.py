@@ -88,9 +88,11 @@ def mlflow_server(tmp_path_factory):
             120,
             "the MLflow server to answer /health",
             interval=0.2,
-            unless=lambda: None
-            if server.poll() is None
-            else f"it exited: {(base / 'server.log').read_text()[-2000:]}",
+            unless=lambda: (
+                None
+                if server.poll() is None
+                else f"it exited: {(base / 'server.log').read_text()[-2000:]}"
+            ),
         )
         yield url
     finally:
@@ -123,7 +125,12 @@ def sessions(tmp_path_factory, mlflow_server):
             *("--wandb", str(wandb_dir)),
         )
         killed = run_worker(
-            "tracker_worker", *args, "--kill-at-step", str(KILL_AT), expect_rc=-9, env=ENV
+            "tracker_worker",
+            *args,
+            "--kill-at-step",
+            str(KILL_AT),
+            expect_rc=-9,
+            env=ENV,
         )
         # The kill landed during training, after that step's duties.
         assert f"KILLING at step {KILL_AT}" in killed.stdout, killed
@@ -202,9 +209,7 @@ def test_tensorboard_shows_each_step_once_with_the_uninterrupted_values(
 
 def test_tensorboard_log_dir_is_the_runs_own(sessions):
     storage = Storage(sessions.run_dir)
-    assert identity.read_identity(storage, "tensorboard") == {
-        "log_dir": sessions.board
-    }
+    assert identity.read_identity(storage, "tensorboard") == {"log_dir": sessions.board}
 
 
 def test_restart_file_is_an_event_file_tensorboard_reads(tmp_path):
@@ -246,7 +251,9 @@ def test_mlflow_one_run_each_step_once_and_the_resume_marked(sessions):
     run = runs[0]
     assert run.info.status == "FINISHED"
     history = {
-        key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+        key: sorted(
+            (m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)
+        )
         for key in run.data.metrics
     }
     expected = scalars(os.path.join(sessions.reference_board, "train"), purge=True)

@@ -67,8 +67,7 @@ class StepLog:
             isinstance(update_freq, int) and not isinstance(update_freq, bool)
         ):
             raise ValueError(
-                f"update_freq must be 'epoch' or a number of steps, got "
-                f"{update_freq!r}"
+                f"update_freq must be 'epoch' or a number of steps, got {update_freq!r}"
             )
         if isinstance(update_freq, int) and update_freq < 1:
             raise ValueError(f"update_freq must be >= 1, got {update_freq}")

@@ -57,7 +57,8 @@ def records(path: str) -> Iterator[bytes]:
 def _value(item: Any) -> Any:
     if item.value_json:
         return json.loads(item.value_json)
-    kind = item.WhichOneof("value") if "value" in item.DESCRIPTOR.oneofs_by_name else None
+    oneofs = item.DESCRIPTOR.oneofs_by_name
+    kind = item.WhichOneof("value") if "value" in oneofs else None
     return getattr(item, kind) if kind else None
 
 
@@ -67,7 +68,7 @@ def history(path: str) -> list[dict[str, Any]]:
 
     rows = []
     for payload in records(path):
-        record = wandb_internal_pb2.Record()
+        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
         try:
             record.ParseFromString(payload)
         except Exception:  # a record this reader does not know: not history

@@ -75,7 +75,9 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         board = None
         if args.tensorboard:
-            board = cr.trackers.tensorboard(agent, args.tensorboard, update_freq="batch")
+            board = cr.trackers.tensorboard(
+                agent, args.tensorboard, update_freq="batch"
+            )
             callbacks.append(board)
         if args.mlflow:
             ml = stack.enter_context(
