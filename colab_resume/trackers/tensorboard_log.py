@@ -320,4 +320,11 @@ def tensorboard(agent: Any, log_dir: str | None = None, **kwargs: Any) -> Any:
 
 
 def _default_log_dir(run_dir: str) -> str:
+    scheme = run_dir.split("://")[0] if "://" in run_dir else ""
+    if scheme not in ("", "gs"):  # TensorFlow's writer reaches disks and GCS
+        raise ValueError(
+            f"TensorBoard cannot write into {run_dir}: pass log_dir=, a local "
+            f"path or a gs:// URL (e.g. cr.trackers.tensorboard(agent, "
+            f"'/content/tb'))."
+        )
     return run_dir.rstrip("/") + "/tensorboard"
