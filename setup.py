@@ -45,6 +45,10 @@ TEST_REQUIRES = [
     "google-api-python-client>=2.100",
     "build>=1.0",
     "twine>=5",
+    # cr.trackers: against a real MLflow server and W&B offline
+    # (tests/test_trackers.py); neither is an install requirement.
+    "mlflow>=3.0",
+    "wandb>=0.19",
 ]
 
 setup(

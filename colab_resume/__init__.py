@@ -72,4 +72,6 @@ def __getattr__(name: str) -> object:
         from colab_resume.agent.callback import resume_callback_class
 
         return resume_callback_class()
+    if name == "trackers":  # cr.trackers: experiment trackers, on first use
+        return __import__("colab_resume.trackers", fromlist=["tensorboard"])
     raise AttributeError(f"module 'colab_resume' has no attribute {name!r}")

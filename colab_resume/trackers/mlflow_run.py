@@ -1,0 +1,180 @@
+"""One MLflow run for all the sessions of a training run.
+
+MLflow picks a run's id when the run is created, so the first session
+creates it and keeps its id in the run directory
+(:mod:`~colab_resume.trackers.identity`); every later session, on any
+machine, reopens it with ``mlflow.start_run(run_id=...)``. MLflow keeps
+every point logged, with no way to take one back, so the steps a killed
+session logged after its last checkpoint are not logged a second time
+(:mod:`~colab_resume.trackers.logger`), and each resume is marked on the
+run: the tag ``colab_resume.resumed_at`` (the latest), one tag per session
+``colab_resume.session.<n>`` (``resumed_at=S logged_through=D``) and the
+metric ``colab_resume.resumed_at``, whose value is the step at that step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from types import TracebackType
+from typing import Any
+
+from colab_resume.exit_status import Preempted
+from colab_resume.trackers.identity import claim_identity, storage_of
+from colab_resume.trackers.logger import require, step_logger_class
+
+PIP = "mlflow"
+TAG = "colab_resume"
+
+
+class MlflowSink:
+    """:class:`~colab_resume.trackers.logger.Sink` over one MLflow run."""
+
+    def __init__(self, client: Any, run_id: str) -> None:
+        self.client, self.run_id = client, run_id
+
+    def logged_through(self) -> dict[str, int]:
+        run = self.client.get_run(self.run_id)
+        through = {}
+        for key in run.data.metrics:
+            if key.startswith(TAG):
+                continue
+            steps = [m.step for m in self.client.get_metric_history(self.run_id, key)]
+            if steps:
+                through[key] = max(steps)
+        return through
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(
+            self.run_id,
+            metrics=[Metric(key, value, now, step) for key, value in metrics.items()],
+        )
+
+    def resumed(self, step: int, logged_through: int | None) -> None:
+        run = self.client.get_run(self.run_id)
+        sessions = int(run.data.tags.get(f"{TAG}.sessions", "1"))
+        said = f"resumed_at={step} logged_through={logged_through}"
+        self.client.set_tag(self.run_id, f"{TAG}.resumed_at", str(step))
+        self.client.set_tag(self.run_id, f"{TAG}.session.{sessions}", said)
+        self.log({f"{TAG}.resumed_at": float(step)}, step)
+
+
+class MlflowRun:
+    """The run's MLflow run, opened for this session; use it with ``with``.
+
+    Inside the block it is MLflow's active run (``mlflow.log_param`` and
+    friends reach it); :meth:`callback` logs the Keras logs at the run's
+    step. Leaving the block ends it FINISHED when the training run
+    completed, KILLED when this session stopped or was preempted before the
+    end (the next session reopens it), FAILED on an error.
+
+    Attributes:
+        run_id: the MLflow run id, the same in every session.
+        created: this session created the MLflow run (the run's first).
+    """
+
+    def __init__(
+        self,
+        agent: Any,
+        *,
+        experiment: str | None = None,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.mlflow = require("mlflow", PIP)
+        if tracking_uri is not None:
+            self.mlflow.set_tracking_uri(tracking_uri)
+        self.tracking_uri = str(self.mlflow.get_tracking_uri())
+        self.client = self.mlflow.MlflowClient(self.tracking_uri)
+        made: list[str] = []
+
+        def create() -> dict[str, Any]:
+            experiment_id = self._experiment_id(experiment)
+            run = self.client.create_run(
+                experiment_id, run_name=run_name, tags=dict(tags or {})
+            )
+            made.append(run.info.run_id)
+            return {
+                "run_id": run.info.run_id,
+                "experiment_id": experiment_id,
+                "tracking_uri": self.tracking_uri,
+            }
+
+        record, self.created = claim_identity(storage_of(agent), "mlflow", create)
+        self.run_id = str(record["run_id"])
+        if made and not self.created:  # another session's record won the race
+            self.client.delete_run(made[0])
+        if record.get("tracking_uri") != self.tracking_uri:
+            agent.events.emit(
+                "tracker.moved",
+                f"MLflow: this run's MLflow run {self.run_id} was created on "
+                f"{record.get('tracking_uri')}; tracking to {self.tracking_uri} now",
+                level="warning",
+            )
+        self.run: Any = None
+
+    def _experiment_id(self, experiment: str | None) -> str:
+        if experiment is None:  # MLflow's own defaults, as its fluent API reads them
+            given = os.environ.get("MLFLOW_EXPERIMENT_ID")
+            if given:
+                return given
+            experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME")
+            if not experiment:
+                return "0"  # the Default experiment every tracking server has
+        found = self.client.get_experiment_by_name(experiment)
+        if found is not None:
+            return str(found.experiment_id)
+        return str(self.client.create_experiment(experiment))
+
+    def __enter__(self) -> MlflowRun:
+        self.run = self.mlflow.start_run(run_id=self.run_id)
+        if not self.created:
+            tags = self.client.get_run(self.run_id).data.tags
+            sessions = int(tags.get(f"{TAG}.sessions", "1")) + 1
+        else:
+            sessions = 1
+        self.client.set_tag(self.run_id, f"{TAG}.sessions", str(sessions))
+        self.agent.events.emit(
+            "tracker.mlflow",
+            f"MLflow run {self.run_id} ({'new' if self.created else 'reopened'})",
+        )
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.agent.outcome == "COMPLETED" and exc is None:
+            status = "FINISHED"
+        elif exc is None or isinstance(exc, (Preempted, KeyboardInterrupt)):
+            status = "KILLED"
+        else:
+            status = "FAILED"
+        self.mlflow.end_run(status)
+
+    def callback(self, update_freq: str | int = "epoch") -> Any:
+        """A Keras callback for ``agent.fit``: the Keras logs, at the run's step.
+
+        Args:
+            update_freq: ``"epoch"`` (``epoch/loss``... at the step each
+                epoch ends) or N (also ``batch/loss``... every N steps).
+        """
+        return step_logger_class()(MlflowSink(self.client, self.run_id), update_freq)
+
+
+def mlflow_run(agent: Any, **options: Any) -> MlflowRun:
+    """The run's MLflow run for this session: ``with cr.trackers.mlflow_run(agent,
+    experiment="x") as run: agent.fit(..., callbacks=[run.callback()])``.
+
+    Options: ``experiment``, ``run_name``, ``tracking_uri`` (default: MLflow's
+    own, e.g. ``MLFLOW_TRACKING_URI``), ``tags`` (for a new run). See
+    :class:`MlflowRun`.
+    """
+    return MlflowRun(agent, **options)

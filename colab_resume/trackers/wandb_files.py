@@ -1,0 +1,108 @@
+"""What an offline W&B run wrote: its history, read back from its ``.wandb`` file.
+
+Offline (``WANDB_MODE=offline``), every session writes its own
+``offline-run-<time>-<id>`` folder, and ``wandb.init(resume=...)`` cannot
+ask a server how far the run got. So a session reads the earlier offline
+folders of the same run id to learn the last step they logged. The file
+is W&B's transaction log: a 7-byte header (``:W&B``, magic, version), then
+LevelDB-log records in 32 KiB blocks (CRC, length, type: whole, first,
+middle, last), each a ``wandb_internal_pb2.Record``.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+_HEADER = 7
+_BLOCK = 32 * 1024
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def records(path: str) -> Iterator[bytes]:
+    """The payloads of a ``.wandb`` file, whole, in order; a torn tail ends it."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if not data.startswith(b":W&B"):
+        return
+    offset, pending = _HEADER, b""
+    while offset + 7 <= len(data):
+        left_in_block = _BLOCK - offset % _BLOCK
+        if left_in_block < 7:  # the block's padding
+            offset += left_in_block
+            continue
+        length, kind = struct.unpack_from("<HB", data, offset + 4)
+        start = offset + 7
+        if start + length > len(data) or length > left_in_block - 7:
+            return  # written up to here when the process died
+        chunk = data[start : start + length]
+        offset = start + length
+        if kind == _FULL:
+            yield chunk
+        elif kind == _FIRST:
+            pending = chunk
+        elif kind == _MIDDLE:
+            pending += chunk
+        elif kind == _LAST:
+            yield pending + chunk
+            pending = b""
+        else:
+            return
+
+
+def _value(item: Any) -> Any:
+    if item.value_json:
+        return json.loads(item.value_json)
+    oneofs = item.DESCRIPTOR.oneofs_by_name
+    kind = item.WhichOneof("value") if "value" in oneofs else None
+    return getattr(item, kind) if kind else None
+
+
+def history(path: str) -> list[dict[str, Any]]:
+    """The history rows of one ``.wandb`` file (each with its ``_step``)."""
+    from wandb.proto import wandb_internal_pb2
+
+    rows = []
+    for payload in records(path):
+        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
+        try:
+            record.ParseFromString(payload)
+        except Exception:  # a record this reader does not know: not history
+            continue
+        if record.WhichOneof("record_type") != "history":
+            continue
+        # A key is ``key``, or its parts in ``nested_key`` (``key`` empty).
+        row = {
+            "/".join(part for part in (item.key, *item.nested_key) if part): (
+                _value(item)
+            )
+            for item in record.history.item
+        }
+        rows.append(row)
+    return rows
+
+
+def offline_files(wandb_dir: str, run_id: str) -> list[str]:
+    """The ``.wandb`` files of every offline session of ``run_id``, oldest first."""
+    pattern = os.path.join(wandb_dir, f"offline-run-*-{run_id}", f"run-{run_id}.wandb")
+    return sorted(glob.glob(pattern))
+
+
+def last_logged_step(wandb_dir: str, run_id: str, *, besides: str | None) -> int | None:
+    """The last ``_step`` the earlier offline sessions of ``run_id`` logged.
+
+    ``besides``: this session's own file, left out.
+    """
+    last = None
+    for path in offline_files(wandb_dir, run_id):
+        if besides is not None and os.path.abspath(path) == os.path.abspath(besides):
+            continue
+        for row in history(path):
+            step = row.get("_step")
+            if isinstance(step, (int, float)) and (last is None or step > last):
+                last = int(step)
+    return last

@@ -1,0 +1,400 @@
+"""Experiment trackers see one run across sessions (``cr.trackers``).
+
+The end-to-end part trains ``tests/workers/tracker_worker.py`` with all
+three trackers at once — TensorBoard, MLflow against a real ``mlflow
+server`` (SQLite store) started here on a free port, W&B offline — kills
+it for real (SIGKILL after step 130, past the checkpoint of step 70), and
+runs it again to the end. Steps 71..130 are trained twice. Each tracker
+must then show one run, the run's steps once each, at the global step, and
+the values of an uninterrupted run (the resume is exact); where the
+tracker can only be told, the resume step is marked. An uninterrupted
+reference run (TensorBoard only) trains alongside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import types
+import urllib.request
+
+import pytest
+from support import run_worker, wait_for, worker
+from support.compare import assert_same_reported
+
+import colab_resume
+from colab_resume.storage import Storage
+from colab_resume.trackers import identity, tensorboard_log, wandb_files
+from colab_resume.trackers.logger import EVERY_METRIC, StepLog
+
+KILL_AT = 130
+TOTAL = 180  # 3 epochs x 60 steps, a checkpoint every 70
+EPOCH_ENDS = [60, 120, 180]
+# The worker imports the package this test imports, wherever it lives.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(colab_resume.__file__)))
+ENV = {
+    "PYTHONPATH": ROOT,
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+    "WANDB_DISABLE_GIT": "true",
+    "WANDB_DISABLE_CODE": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+}
+
+
+# --- a real MLflow tracking server ---------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    pytest.importorskip("mlflow")
+    base = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "mlflow", "server"),
+            *("--backend-store-uri", f"sqlite:///{base / 'mlflow.db'}"),
+            *("--default-artifact-root", str(base / "artifacts")),
+            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(base / "server.log", "wb"),  # noqa: SIM115 (closed with it)
+        env={**os.environ, **ENV},
+        start_new_session=True,  # its workers in one group, ended together
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(
+            lambda: answers(f"{url}/health"),
+            120,
+            "the MLflow server to answer /health",
+            interval=0.2,
+            unless=lambda: (
+                None
+                if server.poll() is None
+                else f"it exited: {(base / 'server.log').read_text()[-2000:]}"
+            ),
+        )
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
+# --- the killed and resumed run ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory, mlflow_server):
+    pytest.importorskip("tensorflow", reason="the worker trains with TensorFlow")
+    pytest.importorskip("wandb")
+    base = tmp_path_factory.mktemp("trackers")
+    run_dir, board, wandb_dir = base / "run", base / "tb", base / "wandb"
+    os.makedirs(wandb_dir)
+    reference_board = base / "reference-tb"
+    reference = worker(
+        "tracker_worker",
+        str(base / "reference-run"),
+        *("--tensorboard", str(reference_board)),
+        env=ENV,
+    )
+    try:
+        args = (
+            str(run_dir),
+            *("--tensorboard", str(board)),
+            *("--mlflow", mlflow_server),
+            *("--wandb", str(wandb_dir)),
+        )
+        killed = run_worker(
+            "tracker_worker",
+            *args,
+            "--kill-at-step",
+            str(KILL_AT),
+            expect_rc=-9,
+            env=ENV,
+        )
+        # The kill landed during training, after that step's duties.
+        assert f"KILLING at step {KILL_AT}" in killed.stdout, killed
+        resumed = run_worker("tracker_worker", *args, env=ENV)
+        reference.finish()
+    finally:
+        reference.kill()
+    said = resumed.lines("RESUMED_AT ")
+    assert len(said) == 1, resumed
+    resumed_at = int(said[0].split()[1])
+    # Trained again from a checkpoint before the death: steps done twice.
+    assert 0 < resumed_at < KILL_AT, resumed
+    return types.SimpleNamespace(
+        run_dir=str(run_dir),
+        board=str(board),
+        reference_board=str(reference_board),
+        wandb_dir=str(wandb_dir),
+        mlflow=mlflow_server,
+        resumed_at=resumed_at,
+    )
+
+
+# --- TensorBoard ---------------------------------------------------------------------
+
+
+def scalars(folder: str, *, purge: bool) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series of one TensorBoard run folder, as TensorBoard reads it.
+
+    ``purge``: TensorBoard's own handling of restarts (its default), or
+    every event as written.
+    """
+    from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+    from tensorboard.util import tensor_util
+
+    reader = pea.EventAccumulator(
+        folder, size_guidance={pea.TENSORS: 0}, purge_orphaned_data=purge
+    )
+    reader.Reload()
+    found = {}
+    for tag in reader.Tags()["tensors"]:
+        events = reader.Tensors(tag)
+        proto = events[0].tensor_proto
+        if proto.tensor_shape.dim:  # not a scalar: the model summary
+            continue
+        found[tag] = [
+            (e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in events
+        ]
+    return found
+
+
+@pytest.mark.parametrize("folder", ["train", "validation"])
+def test_tensorboard_shows_each_step_once_with_the_uninterrupted_values(
+    sessions, folder
+):
+    pytest.importorskip("tensorboard")
+    written = scalars(os.path.join(sessions.board, folder), purge=False)
+    shown = scalars(os.path.join(sessions.board, folder), purge=True)
+    expected = scalars(os.path.join(sessions.reference_board, folder), purge=True)
+    assert sorted(shown) == sorted(expected), folder
+    if folder == "train":
+        # As written, the redone steps are there twice: the purge matters.
+        steps = [step for step, _ in written["batch_loss"]]
+        assert steps == [
+            *range(1, KILL_AT + 1),  # the killed session, flushed at its death
+            *range(sessions.resumed_at + 1, TOTAL + 1),  # the resumed one
+        ]
+        assert [s for s, _ in shown["batch_loss"]] == list(range(1, TOTAL + 1))
+    for tag, series in expected.items():
+        assert [s for s, _ in shown[tag]] == [s for s, _ in series], tag
+        assert_same_reported(
+            [v for _, v in shown[tag]], [v for _, v in series], f"{folder}/{tag}"
+        )
+    # Epoch summaries at the step the epoch ended: one axis for all.
+    assert [s for s, _ in shown["epoch_loss"]] == EPOCH_ENDS
+
+
+def test_tensorboard_log_dir_is_the_runs_own(sessions):
+    storage = Storage(sessions.run_dir)
+    assert identity.read_identity(storage, "tensorboard") == {"log_dir": sessions.board}
+
+
+def test_restart_file_is_an_event_file_tensorboard_reads(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing import event_file_loader
+
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(tensorboard_log.restart_file(42, wall_time=5.0))
+    events = list(event_file_loader.EventFileLoader(str(path)).Load())
+    assert [e.file_version for e in events] == ["brain.Event:2", ""]
+    assert events[1].step == 42 and events[1].session_log.status == 1  # START
+    assert events[1].wall_time == 5.0
+
+
+def test_restart_name_sorts_between_the_sessions_files():
+    earlier = ["events.out.tfevents.0000000100.vm.7.0.v2"]
+    name = tensorboard_log.restart_name(earlier, host="vm", pid=9, now=200.5)
+    writer = "events.out.tfevents.0000000200.vm.9.0.v2"  # same second, next
+    assert earlier[0] < name < writer
+    # This process wrote a file this second (an in-session recovery).
+    mine = ["events.out.tfevents.0000000200.vm.9.0.v2"]
+    name = tensorboard_log.restart_name(mine, host="vm", pid=9, now=200.9)
+    assert mine[0] < name < "events.out.tfevents.0000000200.vm.9.1.v2"
+    assert tensorboard_log.restart_name_before(writer) < writer
+
+
+# --- MLflow --------------------------------------------------------------------------
+
+
+def test_mlflow_one_run_each_step_once_and_the_resume_marked(sessions):
+    import mlflow
+
+    client = mlflow.MlflowClient(sessions.mlflow)
+    record = identity.read_identity(Storage(sessions.run_dir), "mlflow")
+    assert record is not None and record["tracking_uri"] == sessions.mlflow
+    experiment = client.get_experiment_by_name("trackers")
+    runs = client.search_runs([experiment.experiment_id])
+    assert [r.info.run_id for r in runs] == [record["run_id"]]  # one run
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    history = {
+        key: sorted(
+            (m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)
+        )
+        for key in run.data.metrics
+    }
+    expected = scalars(os.path.join(sessions.reference_board, "train"), purge=True)
+    for name in ("loss", "mae"):
+        steps = [s for s, _ in history[f"batch/{name}"]]
+        assert steps == list(range(1, TOTAL + 1)), name  # each once, in order
+        assert_same_reported(
+            [v for _, v in history[f"batch/{name}"]],
+            [v for _, v in expected[f"batch_{name}"]],
+            f"batch/{name}",
+        )
+        assert [s for s, _ in history[f"epoch/{name}"]] == EPOCH_ENDS
+    assert [s for s, _ in history["epoch/val_loss"]] == EPOCH_ENDS
+    assert history["epoch"] == [(60, 0.0), (120, 1.0), (180, 2.0)]
+    at = sessions.resumed_at
+    assert history["colab_resume.resumed_at"] == [(at, float(at))]
+    tags = run.data.tags
+    assert tags["colab_resume.resumed_at"] == str(at)
+    assert tags["colab_resume.sessions"] == "2"
+    assert tags["colab_resume.session.2"] == f"resumed_at={at} logged_through={KILL_AT}"
+
+
+# --- W&B -----------------------------------------------------------------------------
+
+
+def test_wandb_one_run_id_monotonic_steps_and_the_resume_marked(sessions):
+    record = identity.read_identity(Storage(sessions.run_dir), "wandb")
+    assert record is not None and record["project"] == "trackers"
+    files = wandb_files.offline_files(
+        os.path.join(sessions.wandb_dir, "wandb"), record["run_id"]
+    )
+    assert len(files) == 2, files  # one offline folder per session, one id
+    first, second = (wandb_files.history(path) for path in files)
+    first_steps = [row["_step"] for row in first]
+    second_steps = [row["_step"] for row in second]
+    # The killed session got past the checkpoint it resumed from...
+    assert max(first_steps) > sessions.resumed_at
+    # ...and the second logged nothing the first had: one row per step.
+    assert min(second_steps) == max(first_steps) + 1
+    assert first_steps + second_steps == list(range(1, TOTAL + 1))
+    assert second[0]["colab_resume/resumed_at"] == sessions.resumed_at
+    assert all("colab_resume/resumed_at" not in row for row in first + second[1:])
+    rows = {row["_step"]: row for row in first + second}
+    expected = scalars(os.path.join(sessions.reference_board, "train"), purge=True)
+    assert_same_reported(
+        [rows[s]["batch/loss"] for s in range(1, TOTAL + 1)],
+        [v for _, v in expected["batch_loss"]],
+        "batch/loss",
+    )
+    assert [s for s in rows if "epoch/loss" in rows[s]] == EPOCH_ENDS
+
+
+# --- the parts, without training -----------------------------------------------------
+
+
+class FakeSink:
+    def __init__(self, through: dict[str, int]) -> None:
+        self.through, self.logged, self.marks = through, [], []
+
+    def logged_through(self) -> dict[str, int]:
+        return self.through
+
+    def log(self, metrics, step):
+        self.logged.append((step, sorted(metrics)))
+
+    def resumed(self, step, logged_through):
+        self.marks.append((step, logged_through))
+
+
+def test_step_log_leaves_out_what_an_earlier_session_logged_per_metric():
+    # The killed session logged batch metrics through step 9, the epoch's
+    # metrics (step 8) too; it resumes from the checkpoint of step 5.
+    sink = FakeSink({"batch/loss": 9, "epoch/loss": 8, "epoch": 8})
+    log = StepLog(sink, update_freq=1)
+    log.start(5)
+    assert sink.marks == [(5, 9)]
+    for _ in range(5):
+        log.batch_end({"loss": 1.0})
+    log.epoch_end(1, {"loss": 1.0})
+    assert sink.logged == [(10, ["batch/loss"]), (10, ["epoch", "epoch/loss"])]
+
+
+def test_step_log_one_step_for_every_metric():
+    sink = FakeSink({EVERY_METRIC: 6})
+    log = StepLog(sink, update_freq=2)
+    log.start(0)  # no checkpoint before the death: from 0 again, marked
+    assert sink.marks == [(0, 6)]
+    for _ in range(8):
+        log.batch_end({"loss": 1.0, "name": "not a number"})
+    assert sink.logged == [(8, ["batch/loss"])]
+
+
+def test_step_log_refuses_a_bad_update_freq():
+    with pytest.raises(ValueError, match="update_freq"):
+        StepLog(FakeSink({}), update_freq=0)
+    with pytest.raises(ValueError, match="update_freq"):
+        StepLog(FakeSink({}), update_freq="batch")
+
+
+def test_two_sessions_racing_agree_on_one_identity(tmp_path):
+    storage = Storage(str(tmp_path / "run"))
+    made = []
+
+    def make(name):
+        def create():
+            made.append(name)
+            # The other session's record lands between our read and our write.
+            if name == "second":
+                identity.claim_identity(storage, "x", lambda: {"id": "first"})
+            return {"id": name}
+
+        return create
+
+    winner, created = identity.claim_identity(storage, "x", make("second"))
+    assert winner == {"id": "first"} and created is False
+    again, created = identity.claim_identity(storage, "x", make("third"))
+    assert again == {"id": "first"} and created is False
+    assert made == ["second"]  # a recorded identity is never made again
+
+
+@pytest.mark.parametrize(
+    ("module", "call"), [("mlflow", "mlflow_run"), ("wandb", "wandb_run")]
+)
+def test_a_missing_tracker_names_its_pip_line(tmp_path, monkeypatch, module, call):
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as if absent
+    agent = types.SimpleNamespace(run_dir=str(tmp_path), options=None)
+    with pytest.raises(ImportError, match=f"pip install {module}"):
+        getattr(colab_resume.trackers, call)(agent)
+
+
+def test_importing_the_trackers_imports_no_tracker_and_no_keras():
+    code = (
+        "import sys, colab_resume as cr; cr.trackers.tensorboard; "
+        "print(sorted(m for m in ('keras', 'mlflow', 'wandb', 'tensorflow') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    ).stdout
+    assert json.loads(out.strip().replace("'", '"')) == []
