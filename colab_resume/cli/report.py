@@ -19,7 +19,8 @@ def report(storage: Storage, output: str) -> str:
     from colab_resume.report.plot import render
 
     run = read_report(storage)
-    png = render(run, title=storage.url)
+    measured = goodput.compute(run)
+    png = render(run, title=storage.url, goodput=measured)
     with open(output, "wb") as file:
         file.write(png)
     lines = [
@@ -28,6 +29,6 @@ def report(storage: Storage, output: str) -> str:
         f"at least {run.redone_steps} steps redone"
     ]
     lines += [f"  {session.describe()}" for session in run.sessions]
-    lines += goodput.compute(run).table()
+    lines += measured.table()
     lines += [f"warning: {problem}" for problem in run.problems]
     return "\n".join(lines)

@@ -51,8 +51,17 @@ def _plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def render(report: RunReport, *, title: str = "", metric: str = "loss") -> bytes:
+def render(
+    report: RunReport,
+    *,
+    title: str = "",
+    metric: str = "loss",
+    goodput: gp.Goodput | None = None,
+) -> bytes:
     """Draw the report; returns PNG bytes.
+
+    Args:
+        goodput: the report's goodput, where the caller computed it already.
 
     Raises:
         ReportNeedsMatplotlibError: matplotlib is not installed.
@@ -109,7 +118,7 @@ def render(report: RunReport, *, title: str = "", metric: str = "loss") -> bytes
             0.5, 0.5, "no history recorded yet", ha="center", transform=ax.transAxes
         )
     ax.grid(alpha=0.3)
-    _draw_wall_time(bar, gp.compute(report))
+    _draw_wall_time(bar, goodput or gp.compute(report))
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", bbox_inches="tight")

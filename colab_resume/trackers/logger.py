@@ -18,6 +18,8 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from colab_resume.exit_status import Preempted
+
 # The metric names: batch logs and epoch logs apart, as Keras' TensorBoard
 # callback keeps them (batch_loss, epoch_loss).
 BATCH, EPOCH = "batch/", "epoch/"
@@ -145,3 +147,9 @@ def require(module: str, pip: str) -> Any:
             f"colab_resume.trackers needs {module} for this, and it is not "
             f"installed: pip install {pip}"
         ) from exc
+
+
+def failed(exc: BaseException | None) -> bool:
+    """Whether a tracker's block ended on a failure: an error, not a stop
+    on purpose (a preemption's clean exit, Ctrl-C) and not a normal end."""
+    return exc is not None and not isinstance(exc, (Preempted, KeyboardInterrupt))

@@ -19,9 +19,8 @@ import time
 from types import TracebackType
 from typing import Any
 
-from colab_resume.exit_status import Preempted
 from colab_resume.trackers.identity import claim_identity, storage_of
-from colab_resume.trackers.logger import require, step_logger_class
+from colab_resume.trackers.logger import failed, require, step_logger_class
 
 PIP = "mlflow"
 TAG = "colab_resume"
@@ -153,10 +152,8 @@ class MlflowRun:
     ) -> None:
         if self.agent.outcome == "COMPLETED" and exc is None:
             status = "FINISHED"
-        elif exc is None or isinstance(exc, (Preempted, KeyboardInterrupt)):
-            status = "KILLED"
         else:
-            status = "FAILED"
+            status = "FAILED" if failed(exc) else "KILLED"
         self.mlflow.end_run(status)
 
     def callback(self, update_freq: str | int = "epoch") -> Any:

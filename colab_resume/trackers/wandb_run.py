@@ -22,9 +22,13 @@ import string
 from types import TracebackType
 from typing import Any
 
-from colab_resume.exit_status import Preempted
 from colab_resume.trackers.identity import claim_identity, storage_of
-from colab_resume.trackers.logger import EVERY_METRIC, require, step_logger_class
+from colab_resume.trackers.logger import (
+    EVERY_METRIC,
+    failed,
+    require,
+    step_logger_class,
+)
 from colab_resume.trackers.wandb_files import last_logged_step
 
 PIP = "wandb"
@@ -130,8 +134,7 @@ class WandbRun:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        failed = exc is not None and not isinstance(exc, (Preempted, KeyboardInterrupt))
-        self.run.finish(exit_code=1 if failed else 0)
+        self.run.finish(exit_code=1 if failed(exc) else 0)
 
     def callback(self, update_freq: str | int = "epoch") -> Any:
         """A Keras callback for ``agent.fit``: the Keras logs, at the run's step.
