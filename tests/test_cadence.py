@@ -132,7 +132,9 @@ def test_a_fit_with_auto_saves_says_why_and_the_next_session_counts_a_death(
     interval due: saves happen for the reason "auto" and the choice is an
     event. Then a session SIGKILLed mid-run: the next one's evidence counts
     that death."""
-    tf = pytest.importorskip("tensorflow")
+    tf = pytest.importorskip(
+        "tensorflow", reason="the agent trains with TensorFlow here"
+    )
     import keras
 
     import colab_resume as cr

@@ -267,7 +267,9 @@ def test_a_killed_run_reports_its_goodput_everywhere(tmp_path):
     line = run_cli("status", run, expect_rc=0).stdout
     assert f"goodput {found['goodput']:.1%}" in line
 
-    pytest.importorskip("matplotlib")
+    pytest.importorskip(
+        "matplotlib", reason="the report picture needs the [report] extra"
+    )
     table = run_cli("report", run, "-o", str(tmp_path / "r.png"), expect_rc=0).stdout
     assert "INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION" in table
     assert "ideal step" in table
