@@ -43,6 +43,8 @@ KEEP = 3
 AUTO_SAVE_FLOOR_SECONDS = 30.0
 AUTO_SAVE_CEILING_SECONDS = 3600.0
 PRIOR_BETWEEN_FAILURES_SECONDS = 3600.0
+# ...weighing as a tenth of a failure seen (colab_resume/checkpoint/cadence.py).
+PRIOR_WEIGHT_FAILURES = 0.1
 
 # Storage: a transient fault is retried this long before the call fails.
 STORAGE_RETRY_SECONDS = 120.0

@@ -56,6 +56,14 @@ def stat(pid: int | str, *, proc_root: str = PROC) -> ProcStat | None:
         return None
 
 
+def started_at(pid: int | str = "self", *, proc_root: str = PROC) -> float | None:
+    """When process ``pid`` started, seconds since the epoch, or None."""
+    process, booted = stat(pid, proc_root=proc_root), boot_time(proc_root=proc_root)
+    if process is None or booted is None:
+        return None
+    return booted + process.start_ticks / os.sysconf("SC_CLK_TCK")
+
+
 def boot_id(*, proc_root: str = PROC) -> str | None:
     """The kernel's random id for this boot (a UUID), or None."""
     text = read_text(os.path.join(proc_root, "sys", "kernel", "random", "boot_id"))

@@ -32,7 +32,8 @@ def test_without_a_failure_the_prior_sets_the_interval():
 def test_failures_seen_pull_the_interval_towards_what_they_say():
     evidence = Evidence(training=7200.0, failures=3, save_seconds=1.0, saves=2)
     choice = AutoCadence(evidence, Timings(), prior=3600.0).choose()
-    between = (7200.0 + 3600.0) / 4
+    # The prior weighs a tenth of a failure: the three seen decide.
+    between = (7200.0 + 360.0) / 3.1
     assert choice.between_failures == pytest.approx(between)
     assert choice.seconds == pytest.approx(math.sqrt(2 * 0.5 * between))
     assert "3 seen" in choice.describe()

@@ -7,16 +7,20 @@ process SIGKILLed mid-run and run again, read back through the CLI.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import time
 
 import pytest
 from support.processes import run_cli, train_agent
 
+from colab_resume import procfs
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
 from colab_resume.report import goodput as gp
+from colab_resume.report import timings as timings_module
 from colab_resume.report.history import (
     HistoryRecorder,
     Point,
@@ -95,6 +99,34 @@ def test_every_second_of_wall_time_is_in_one_bucket():
     line = result.one_line()
     assert line.startswith(f"goodput {result.goodput:.1%} of ")
     assert "downtime ≤" in line and "redone ≥" in line
+
+
+def test_a_scripts_own_start_is_training_prep_and_moves_its_session_start():
+    """A script's interpreter and imports before the agent (``launch``) are
+    the run's time: the first session starts that much earlier, and after a
+    death the split moves from downtime to start-up, the total unchanged."""
+    plain = gp.compute(report(DEATH, DEATH_TIMINGS))
+    launched = {
+        1: dataclasses.replace(DEATH_TIMINGS[1], launch=4.0),
+        2: dataclasses.replace(DEATH_TIMINGS[2], launch=6.0),
+    }
+    result = gp.compute(report(DEATH, launched))
+    assert result.total == pytest.approx(plain.total + 4.0)
+    assert result.buckets[gp.TRAINING_PREP] == pytest.approx(4.0 + 4.0 + 6.0)
+    assert result.buckets[gp.RECOVERY] == pytest.approx(30 + 0.5 + 1.0 - 6.0)
+    assert result.productive == pytest.approx(plain.productive)
+
+
+def test_a_process_counts_its_launch_once_and_a_kernel_never(monkeypatch):
+    monkeypatch.setattr(timings_module, "_launch_counted", False)
+    age = timings_module.script_launch_seconds()
+    started = procfs.started_at()
+    assert started is not None  # Linux: /proc is there
+    assert 0 < age <= time.time() - started + 1.0
+    assert timings_module.script_launch_seconds() == 0.0  # once a process
+    monkeypatch.setattr(timings_module, "_launch_counted", False)
+    monkeypatch.setattr(timings_module, "in_kernel", lambda: True)
+    assert timings_module.script_launch_seconds() == 0.0
 
 
 def test_sub_second_steps_get_a_figure():

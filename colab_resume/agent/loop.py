@@ -71,7 +71,7 @@ from colab_resume.errors import FencedError, StorageFullError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
 from colab_resume.report.goodput import evidence_before
-from colab_resume.report.timings import StepClock, Timings
+from colab_resume.report.timings import StepClock, Timings, script_launch_seconds
 from colab_resume.runtime import Connection, in_colab, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
@@ -128,6 +128,7 @@ class RunLoop:
         # connect that came before its lease (the first session's).
         self.timings = Timings()
         self._connect_seconds = 0.0
+        self._launch_seconds = 0.0
         # What earlier sessions showed, for save_every="auto" (read once a session).
         self._evidence: tuple[int, Evidence] | None = None
         # This process's part in a multi-process run (None: the only one).
@@ -245,6 +246,7 @@ class RunLoop:
     def connect(self) -> Any:
         """Connect to the accelerator (once); returns the strategy."""
         if self.accelerator.strategy is None:
+            self._launch_seconds += script_launch_seconds()
             began = time.monotonic()
             self.accelerator.connect()
             self._connect_seconds += time.monotonic() - began
@@ -299,8 +301,11 @@ class RunLoop:
     def take_run(self) -> tuple[RunSession, CheckpointManager]:
         """Take the lease (waiting out a silent holder); open its checkpoints."""
         processes = self.processes
-        self.timings = Timings(connect=self._connect_seconds)
-        self._connect_seconds = 0.0  # counted once, in the session it preceded
+        self.timings = Timings(
+            launch=self._launch_seconds, connect=self._connect_seconds
+        )
+        # Counted once, in the session they preceded.
+        self._launch_seconds = self._connect_seconds = 0.0
         self.progress.recorder.timings = self.timings
         began = time.monotonic()
         session, manager = processes.take_run(

@@ -11,10 +11,14 @@ upload runs beside training).
 sessions' included (:mod:`colab_resume.report.timings`). ``M`` is what the
 run directory shows — training time over deaths and accelerator losses,
 all sessions — blended with a stated prior so a run with no failure yet
-still saves: ``M = (W + M₀) / (F + 1)`` with ``W`` seconds trained, ``F``
-failures seen and ``M₀`` the prior (one hour: a free Colab session rarely
-lasts much longer unattended). The first failure pulls ``M`` halfway to
-what was seen; many pull it all the way.
+still saves: ``M = (W + k·M₀) / (F + k)`` with ``W`` seconds trained, ``F``
+failures seen, ``M₀`` the prior (one hour: a free Colab session rarely
+lasts much longer unattended) and ``k`` its weight, a tenth of a failure.
+That is the mean failure rate under a Gamma prior (the rate, not the mean
+time between, is what the expected loss is linear in), and the weight is
+small because the prior is a guess about someone else's platform: one
+failure seen outweighs it ten to one, and a spot VM dying every ten
+minutes is believed within a few deaths, not after hours.
 
 The interval is then held within the user's floor and ceiling and above
 what the store allows: Drive lets one user upload 750 GB a day, and a
@@ -32,6 +36,7 @@ from colab_resume import defaults
 from colab_resume.report.timings import Timings, duration
 
 PRIOR_BETWEEN_FAILURES = defaults.PRIOR_BETWEEN_FAILURES_SECONDS  # M₀
+PRIOR_WEIGHT = defaults.PRIOR_WEIGHT_FAILURES  # k
 FLOOR_SECONDS = defaults.AUTO_SAVE_FLOOR_SECONDS
 CEILING_SECONDS = defaults.AUTO_SAVE_CEILING_SECONDS
 # The share of a store's daily upload allowance a cadence may take.
@@ -119,7 +124,7 @@ class AutoCadence:
         cost = (ev.save_seconds + now.save) / saves if saves else None
         trained = ev.training + now.step_seconds + now.first_step
         failures = ev.failures + now.recoveries
-        between = (trained + self.prior) / (failures + 1)
+        between = (trained + PRIOR_WEIGHT * self.prior) / (failures + PRIOR_WEIGHT)
         if cost is None:
             seconds, limited = self.floor, None  # a first save, to measure one
         else:

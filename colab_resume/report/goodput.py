@@ -8,8 +8,9 @@ beats, commits and the history, and what only a session can measure from
 its own tally (:mod:`colab_resume.report.timings`). No cloud logging, no
 billing account; a local disk, GCS or Drive alike.
 
-The wall time is every session's, from its start (its connect, before its
-lease) to its last sign of life, plus the time between a session that died
+The wall time is every session's, from its start (a script's process
+start; in a notebook, its connect, before its lease) to its last sign of
+life, plus the time between a session that died
 or was taken over and the next one. Time between a session that ended on
 purpose (``stop()``, SIGTERM, completed) and the next is idle, not the
 run's loss, and so is time paused by a person: both are reported and left
@@ -18,7 +19,9 @@ out.
 Buckets:
 
 * ``TPU_INITIALIZATION``: connecting to the accelerator (any accelerator).
-* ``TRAINING_PREP``: ``build_model`` in a fresh strategy scope.
+* ``TRAINING_PREP``: a script's own start before the agent (the
+  interpreter, imports; not in a notebook) and ``build_model`` in a fresh
+  strategy scope.
 * ``PROGRAM_STARTUP``: the first step's excess over a steady step (tracing,
   compiling, the pipeline's first batch).
 * ``UNPRODUCTIVE_CHECKPOINT_SAVE_TIME``: the training thread held by saves
@@ -295,7 +298,7 @@ def compute(report: RunReport) -> Goodput:
             previous = session
             continue
         begun = session.started_at - (
-            timings.connect + timings.wait if timings else 0.0
+            timings.launch + timings.connect + timings.wait if timings else 0.0
         )
         ended = max(session.ended_at or session.started_at, session.started_at)
         gap = 0.0
@@ -408,7 +411,7 @@ def _session_share(
     if timings is not None:
         buckets[TPU_INITIALIZATION] = timings.connect
         buckets[RECOVERY] = timings.wait + timings.recovery
-        buckets[TRAINING_PREP] = timings.build
+        buckets[TRAINING_PREP] = timings.launch + timings.build
         buckets[RESTORE] = timings.restore
         buckets[SAVE] = timings.save
         buckets[PROGRAM_STARTUP] = max(

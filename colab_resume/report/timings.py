@@ -23,7 +23,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from colab_resume import procfs
 from colab_resume.errors import CorruptRecordError
+from colab_resume.exit_status import in_kernel
 from colab_resume.storage.records import is_number
 
 # A session measures at most this many seconds of anything (ten years):
@@ -37,6 +39,9 @@ class Timings:
     """One session's measured seconds (its monotonic clock) and counts.
 
     Attributes:
+        launch: a script's own start before the agent's (the interpreter,
+            imports, the user's code up to the agent), once per process; 0
+            in a notebook, whose kernel was up before anyone pressed *Run*.
         connect: connecting to the accelerator, before the lease.
         wait: taking the lease, waiting out a silent holder included.
         build: ``build_model`` inside a fresh strategy scope (all builds).
@@ -55,6 +60,7 @@ class Timings:
         recoveries: how many such losses.
     """
 
+    launch: float = 0.0
     connect: float = 0.0
     wait: float = 0.0
     build: float = 0.0
@@ -119,6 +125,26 @@ class Timings:
                 )
             values[field.name] = int(value) if counted else float(value)
         return cls(**values)
+
+
+_launch_counted = False
+
+
+def script_launch_seconds(now: Callable[[], float] = time.time) -> float:
+    """Seconds from this process's start to now, the first time a script asks.
+
+    A script's start is the job's start (a launcher, or ``python train.py``
+    after a death), so its interpreter and imports are the run's time. A
+    notebook's kernel was up before anyone pressed *Run*, and a process asks
+    once (its first session): both get 0, as does a system without
+    ``/proc``.
+    """
+    global _launch_counted
+    if _launch_counted or in_kernel():
+        return 0.0
+    _launch_counted = True
+    started = procfs.started_at()
+    return max(0.0, now() - started) if started is not None else 0.0
 
 
 def duration(seconds: float | None) -> str:
