@@ -102,13 +102,12 @@ colab-test: $(STAMP) $(COLAB_VENV)/.installed
 # virtualenv with jax[cpu] and keras but no TensorFlow, so "the JAX path
 # never imports TensorFlow" is proven by its absence. tests/on_jax is collected
 # only there; it runs the quickstart notebook's TPU path too (papermill, a
-# kernel, and matplotlib for its report, as Colab has).
+# kernel, and matplotlib for its report, as Colab has), and Grain pipelines.
 JAX_VENV := build/venv-jax
-$(JAX_VENV)/.installed: setup.py pyproject.toml
+$(JAX_VENV)/.installed: setup.py pyproject.toml tests/on_jax/requirements.txt
 	$(PYTHON) -m venv $(JAX_VENV)
 	$(JAX_VENV)/bin/pip install --quiet --upgrade pip
-	$(JAX_VENV)/bin/pip install --quiet "jax[cpu]" keras "pytest>=8" "pytest-timeout>=2.3" \
-		"papermill>=2.5" "ipykernel>=6.17" "matplotlib>=3.5"
+	$(JAX_VENV)/bin/pip install --quiet -r tests/on_jax/requirements.txt
 	$(JAX_VENV)/bin/pip install --quiet -e .
 	touch $@
 

@@ -90,6 +90,7 @@ setup(
         # jax and libtpu already satisfy them, so pip leaves them alone.
         "jax": ["jax>=0.4.26", "keras>=3.0"],
         "report": ["matplotlib>=3.5"],  # Colab has it; imported only to draw
+        "grain": ["grain>=0.2.12"],  # Grain pipelines positioned by their state
         "test": TEST_REQUIRES,
         "dev": TEST_REQUIRES + ["ruff>=0.5", "mypy>=1.10"],
     },

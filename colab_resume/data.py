@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from colab_resume import backend
+from colab_resume.data_grain import GrainPosition
 from colab_resume.dataset_contract import (
     DatasetError,
     NonDeterministicDatasetError,
@@ -65,14 +66,22 @@ def epoch_dataset(
     *,
     skip: int,
     steps_per_epoch: int,
+    position: GrainPosition | None = None,
 ) -> Any:
     """``make_dataset(epoch)`` positioned after ``skip`` batches, ending at the epoch.
+
+    ``position``: where the run's Grain pipeline stands, for a Grain dataset
+    (:mod:`colab_resume.data_grain`).
 
     Raises:
         DatasetError: it is not a ``tf.data.Dataset``, or it is too short.
     """
     return backend.current().epoch_dataset(
-        make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
+        make_dataset,
+        epoch,
+        skip=skip,
+        steps_per_epoch=steps_per_epoch,
+        position=position,
     )
 
 

@@ -218,16 +218,17 @@ def test_a_session_killed_after_its_first_commit_is_drawn(tmp_path):
         str(tmp_path / "a.npz"),
         *("--epochs", "2", "--steps-per-epoch", "12", "--save-every-steps", "6"),
         *("--replicas", "1", "--heartbeat-seconds", "0.2", "--step-sleep", "0.1"),
-        *("--tick-seconds", "3600"),
+        *("--tick-seconds", "3600", "--hang-at-step", "9"),
     )
     with first:
+        first.skip_to("HANGING at step 9", timeout=120)  # training, past commit 6
 
-        def past_first_commit() -> bool:
+        def beat_past_first_commit() -> bool:
             status = cr.inspect(run_dir)
-            return status.checkpoint_step == 6 and 8 <= (status.step or 0) <= 10
+            return status.checkpoint_step == 6 and status.step == 9
 
         wait_for(
-            past_first_commit,
+            beat_past_first_commit,
             120,
             "a beat past the first commit",
             unless=first.exited_early,

@@ -41,6 +41,7 @@ from colab_resume.data import (
     split_step,
 )
 from colab_resume.data_cost import RebuildWatch
+from colab_resume.data_grain import GRAIN_HOW, GrainPosition
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
 from colab_resume.validate import check_int
@@ -95,6 +96,7 @@ class KerasFit:
         self.fingerprints = DataFingerprints(
             make_dataset, reset=reset_fingerprints, events=events
         )
+        self.grain = GrainPosition()
         self.rebuild_watch = RebuildWatch(self.warn)
         for warning in callback_state.check_callbacks(self.user_callbacks):
             self.warn(warning)
@@ -109,6 +111,7 @@ class KerasFit:
         self.history = _new_history()
         self.epoch = 0
         self.skip = 0
+        self.step = 0  # the last step trained (what a save now holds)
         self._span_start = (0, 0)  # (first epoch, its skip) of the fit call running
         self.last_logs: dict[str, Any] = {}
         self._user_callbacks: Any = None  # one CallbackList for the whole call
@@ -173,6 +176,7 @@ class KerasFit:
         saved = info.extras.get("history") or {}
         self.history = _new_history(saved.get("epoch"), saved.get("history"))
         self.fingerprints.restored(info.extras, info.step)
+        self.grain.restored(info.extras)
         self.last_logs = dict(info.metrics or {})
         self.resumed_from = info.describe(self.steps_per_epoch)
         self.callback_states = info.extras.get("callbacks")
@@ -196,6 +200,9 @@ class KerasFit:
             **self.fingerprints.extras(),
             "callbacks": callback_state.capture(self.user_callbacks),
             "metric_state": metric_state.capture(self.model),
+            **self.grain.extras(
+                self.epoch, self.step - self.epoch * self.steps_per_epoch
+            ),
         }
         return Snapshot(state, self.epoch, self.metrics(), extras)
 
@@ -206,6 +213,7 @@ class KerasFit:
         ``fit`` distributes through it.
         """
         start_epoch, skip = split_step(start_step, self.steps_per_epoch)
+        self.step = start_step
         if start_step:
             self.fingerprints.check(start_epoch)
         hook = _make_hook(self, duties)
@@ -268,7 +276,11 @@ class KerasFit:
         """
         started = time.perf_counter()
         dataset = epoch_dataset(
-            self.make_dataset, epoch, skip=skip, steps_per_epoch=self.steps_per_epoch
+            self.make_dataset,
+            epoch,
+            skip=skip,
+            steps_per_epoch=self.steps_per_epoch,
+            position=self.grain,
         )
         chosen = backend.current()
         if chosen.reads_pipeline_graphs:
@@ -277,6 +289,12 @@ class KerasFit:
             )
         if first:
             chosen.check_first_batch(self.make_dataset, dataset, epoch, self.model)
+            if skip and self.grain.how:
+                log.info(
+                    "[step %d] Grain pipeline positioned %s",
+                    self.step,
+                    GRAIN_HOW[self.grain.how],
+                )
         return dataset
 
     def _fit_span(
@@ -436,7 +454,7 @@ def _make_hook(driver: KerasFit, duties: StepDuties) -> Any:
             driver.end_random_op_watch()
             step = driver.epoch * driver.steps_per_epoch + driver.skip + batch + 1
             driver.last_logs = dict(logs or {})
-            duties.step = step
+            duties.step = driver.step = step
             # After an epoch's last batch the step is complete only once the
             # epoch's end (validation, History, on_epoch_end) is: a Ctrl-C in
             # between must not save it, or that epoch would never be recorded.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: the accelerator asks for a connector
     from colab_resume.backend.accelerator import Accelerator, Connector
+    from colab_resume.data_grain import GrainPosition
 
 
 class CustomLoop(Protocol):
@@ -101,6 +102,7 @@ class Backend(Protocol):
         *,
         skip: int,
         steps_per_epoch: int,
+        position: GrainPosition | None = None,
     ) -> Any:
         """``make_dataset(epoch)`` positioned after ``skip`` batches, ending at
         the epoch (see :func:`colab_resume.data.epoch_dataset`)."""

@@ -38,6 +38,7 @@ if (
     TYPE_CHECKING
 ):  # annotations only: the accelerator asks this module for its connector
     from colab_resume.backend.accelerator import Accelerator, Connector
+    from colab_resume.data_grain import GrainPosition
     from colab_resume.runtime.connection import Connection
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
@@ -286,9 +287,14 @@ class JaxBackend:
         *,
         skip: int,
         steps_per_epoch: int,
+        position: GrainPosition | None = None,
     ) -> Any:
         batches = numpy_epoch(
-            make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
+            make_dataset,
+            epoch,
+            skip=skip,
+            steps_per_epoch=steps_per_epoch,
+            position=position,
         )
         count = jax_distributed.process_count()
         if count == 1 or jax_distributed.shards_given():
@@ -400,6 +406,7 @@ def numpy_epoch(
     *,
     skip: int,
     steps_per_epoch: int,
+    position: GrainPosition | None = None,
 ) -> Iterator[Any]:
     """JAX: ``make_dataset(epoch)``'s NumPy batches after ``skip``, as a generator
     (:func:`colab_resume.backend.numpy_batches.epoch_batches`).
@@ -423,6 +430,7 @@ def numpy_epoch(
         skip=skip,
         steps_per_epoch=steps_per_epoch,
         check=refuse_tensorflow,
+        position=position,
     )
 
 

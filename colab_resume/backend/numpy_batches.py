@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from colab_resume.data_grain import GrainPosition
 from colab_resume.dataset_contract import DatasetError, accepts_skip
 
 
@@ -26,6 +27,7 @@ def epoch_batches(
     skip: int,
     steps_per_epoch: int,
     check: Callable[[Any], None] | None = None,
+    position: GrainPosition | None = None,
 ) -> Iterator[Any]:
     """``make_dataset(epoch)``'s batches after ``skip``, as a generator.
 
@@ -36,6 +38,8 @@ def epoch_batches(
     Args:
         check: called with what ``make_dataset`` returned, to refuse a kind
             the backend cannot take (raises ``DatasetError``).
+        position: where the run's Grain pipeline stands; a Grain dataset is
+            then positioned by its own state (:mod:`colab_resume.data_grain`).
 
     Raises:
         DatasetError: not iterable, or too short.
@@ -53,8 +57,15 @@ def epoch_batches(
             f"steps_per_epoch is {steps_per_epoch}. Lower steps_per_epoch, or "
             f"make make_dataset yield more batches.{_hint(dataset)}"
         )
-    if is_py_dataset(dataset):
-        batches: Iterator[Any] = (dataset[i] for i in range(start, start + wanted))
+    grain = (
+        position.open(dataset, epoch, drop=start, wanted=wanted)
+        if position is not None and not places_skip
+        else None
+    )
+    if grain is not None:
+        batches: Iterator[Any] = grain
+    elif is_py_dataset(dataset):
+        batches = (dataset[i] for i in range(start, start + wanted))
     else:
         try:
             iterator = iter(dataset)

@@ -20,6 +20,7 @@ if (
     TYPE_CHECKING
 ):  # annotations only: the accelerator asks this module for its connector
     from colab_resume.backend.accelerator import Accelerator, Connector
+    from colab_resume.data_grain import GrainPosition
 
 
 def tf_variable(variable: Any) -> Any:
@@ -38,7 +39,12 @@ def tf_variable(variable: Any) -> Any:
 
 
 def epoch_dataset(
-    make_dataset: Callable[..., Any], epoch: int, *, skip: int, steps_per_epoch: int
+    make_dataset: Callable[..., Any],
+    epoch: int,
+    *,
+    skip: int,
+    steps_per_epoch: int,
+    position: GrainPosition | None = None,
 ) -> Any:
     """See :meth:`Backend.epoch_dataset`: a ``tf.data.Dataset`` of the epoch.
 
@@ -53,7 +59,11 @@ def epoch_dataset(
     if not isinstance(dataset, tf.data.Dataset):
         # NumPy batches, as Keras' fit takes them: the same script on both backends.
         return numpy_dataset(
-            make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
+            make_dataset,
+            epoch,
+            skip=skip,
+            steps_per_epoch=steps_per_epoch,
+            position=position,
         )
     if not places_skip:
         dataset = dataset.skip(skip)
@@ -68,7 +78,12 @@ def epoch_dataset(
 
 
 def numpy_dataset(
-    make_dataset: Callable[..., Any], epoch: int, *, skip: int, steps_per_epoch: int
+    make_dataset: Callable[..., Any],
+    epoch: int,
+    *,
+    skip: int,
+    steps_per_epoch: int,
+    position: GrainPosition | None = None,
 ) -> Any:
     """``make_dataset(epoch)``'s NumPy batches after ``skip`` as a ``tf.data.Dataset``.
 
@@ -85,7 +100,11 @@ def numpy_dataset(
 
     def batches() -> Any:
         for batch in epoch_batches(
-            make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
+            make_dataset,
+            epoch,
+            skip=skip,
+            steps_per_epoch=steps_per_epoch,
+            position=position,
         ):
             yield _tuples(batch)
 
@@ -193,9 +212,14 @@ class TensorFlowBackend:
         *,
         skip: int,
         steps_per_epoch: int,
+        position: GrainPosition | None = None,
     ) -> Any:
         return epoch_dataset(
-            make_dataset, epoch, skip=skip, steps_per_epoch=steps_per_epoch
+            make_dataset,
+            epoch,
+            skip=skip,
+            steps_per_epoch=steps_per_epoch,
+            position=position,
         )
 
     def first_batch_of(self, dataset: Any) -> Any:

@@ -27,4 +27,4 @@ def test_the_block_runs_on_jax(block, tmp_path) -> None:
         timeout=600,
     )
     assert ran.returncode == 0, f"{block}:\n{block.code}\n{ran.stderr[-3000:]}"
-    assert (tmp_path / "runs" / "jax-1" / "run.json").exists()
+    assert list(tmp_path.glob("runs/*/run.json")), "the block made no run"

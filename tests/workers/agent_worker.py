@@ -53,6 +53,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--save-every-steps", type=int, default=5)
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--kill-at-step", type=int)
+    # Stop training (the heartbeat goes on) after this step's duties, until
+    # killed: a test then kills it at a known step, however loaded the machine.
+    parser.add_argument("--hang-at-step", type=int)
     parser.add_argument("--unavailable-at-step", type=int)
     parser.add_argument("--unseeded-shuffle", action="store_true")
     parser.add_argument("--reset-data-fingerprints", action="store_true")
@@ -106,6 +109,9 @@ def main() -> int:
 
     def faults(step: int) -> None:
         kill_if_at(step, args.kill_at_step)
+        if step == args.hang_at_step:
+            print(f"HANGING at step {step}", flush=True)
+            time.sleep(3600)
         if (
             args.unavailable_at_step is not None
             and step == args.unavailable_at_step

@@ -1,0 +1,224 @@
+"""Grain pipelines, positioned by their own state instead of by skipping.
+
+``make_dataset(epoch)`` may return a Grain ``MapDataset``, ``IterDataset``,
+``DatasetIterator`` or ``DataLoader`` of global batches (Grain is what JAX
+users feed models with; Colab's TPU runtime has no ``tf.data``). Each epoch
+is its own pipeline, as with every other kind ``make_dataset`` returns;
+seed its shuffles and random maps from the epoch (``.shuffle(seed=epoch)``)
+or with a fixed seed, as Grain's own idiom does.
+
+How an epoch resumed mid-way is positioned, without drawing a batch:
+
+* A ``MapDataset`` is index-based: ``dataset[skip:]`` is the same batches
+  from ``skip`` on (random maps are seeded by index), at no cost.
+* An iterator (an ``IterDataset``'s, a ``DataLoader``'s) is positioned by
+  ``set_state()`` with the state it had when the checkpoint's step was
+  trained: the agent records ``get_state()`` before each batch it hands to
+  Keras, keyed by the batch's place in the epoch (so batches Keras reads
+  ahead do not move it), and every checkpoint carries the state of its step
+  in the same commit (:data:`KEY` in the checkpoint's extras, JSON).
+* Where no state was saved (a checkpoint from before, a ``make_dataset``
+  that takes ``skip`` itself), the batches are drawn and dropped, as for
+  any iterable: exact, at the pipeline's cost.
+
+Each checkpoint also carries the pipeline's description (its stages, from
+the last to the source, transforms named without their source location).
+A resume whose pipeline differs is refused with both descriptions, like a
+changed ``steps_per_epoch``: an iterator state means nothing to another
+pipeline. The epoch's first-batch fingerprint
+(:mod:`colab_resume.data`) still checks the order itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from colab_resume.dataset_contract import DatasetError
+
+KEY = "grain"
+# GrainPosition.how, in words.
+GRAIN_HOW = {
+    "state": "by its iterator's saved state (set_state)",
+    "index": "by index (a MapDataset slice)",
+    "skipped": "by drawing and dropping the batches already trained (no state saved)",
+}
+# Batches recorded ahead of the newest save: Keras reads a few ahead, so a
+# bound far above that keeps memory flat on an epoch of millions of steps.
+_MAX_TRACKED = 4096
+# A transform's source location (`<lambda> @ .../cell.py:3`) and object
+# addresses change with every notebook run: not part of the pipeline.
+_NOISE = re.compile(r" @ [^,)]*| at 0x[0-9a-f]+")
+
+
+def is_grain(obj: Any) -> bool:
+    """Whether ``obj`` is one of Grain's datasets, loaders or iterators.
+
+    Read from the class's module: asking imports nothing.
+    """
+    return any(
+        getattr(cls, "__module__", "").split(".")[0] == "grain"
+        for cls in type(obj).__mro__
+    )
+
+
+def describe(dataset: Any) -> str:
+    """The pipeline's stages, last first: ``Batch... < Shuffle... < Source...``."""
+    stages, nodes = [], [dataset]
+    while nodes:
+        node = nodes.pop(0)
+        if hasattr(node, "_sampler") and hasattr(node, "_data_source"):
+            # A DataLoader: its sampler, source and operations say it all.
+            operations = getattr(node, "_operations", ())
+            stages.append(
+                f"DataLoader(sampler={node._sampler}, "
+                f"source={type(node._data_source).__name__}, "
+                f"operations=[{', '.join(map(str, operations))}])"
+            )
+            continue
+        stages.append(str(node))
+        nodes.extend(getattr(node, "parents", ()) or ())
+    return _NOISE.sub("", " < ".join(stages))
+
+
+class GrainPosition:
+    """Where a run's Grain pipeline stands: saved with each checkpoint.
+
+    One per training run (the driver owns it). :meth:`restored` takes what
+    a checkpoint carried, :meth:`open` positions an epoch's pipeline,
+    :meth:`extras` gives what a checkpoint at a step must carry.
+
+    Attributes:
+        how: how the last epoch opened mid-way was positioned: ``"state"``
+            (``set_state``), ``"index"`` (a ``MapDataset`` slice),
+            ``"skipped"`` (drawn and dropped), None before one was.
+    """
+
+    def __init__(self) -> None:
+        self._saved: dict[str, Any] | None = None
+        self._epoch = -1
+        self._pipeline = ""
+        self._states: dict[int, Any] = {}  # place in the epoch -> state before it
+        self.how: str | None = None
+
+    def restored(self, extras: dict[str, Any]) -> None:
+        """Take the ``grain`` entry of a restored checkpoint's extras, if any."""
+        saved = extras.get(KEY)
+        self._saved = saved if isinstance(saved, dict) else None
+
+    def open(
+        self, dataset: Any, epoch: int, *, drop: int, wanted: int
+    ) -> Iterator[Any] | None:
+        """``dataset``'s batches from place ``drop`` on, ``wanted`` of them.
+
+        Returns None when ``dataset`` is not Grain's (the caller positions it).
+
+        Raises:
+            DatasetError: the checkpoint's pipeline is not this one, or its
+                state does not fit this pipeline.
+        """
+        if not is_grain(dataset):
+            return None
+        pipeline = describe(dataset)
+        self._check_pipeline(pipeline, epoch, drop)
+        self._epoch, self._pipeline, self._states = epoch, pipeline, {}
+        if _is_map_dataset(dataset):
+            if drop:
+                self.how = "index"
+            batches: Iterator[Any] = iter(dataset[drop : drop + wanted])
+            return batches
+        iterator = dataset if hasattr(dataset, "__next__") else iter(dataset)
+        if drop:
+            self._position(iterator, epoch, drop)
+        return self._tracked(iterator, drop, wanted)
+
+    def extras(self, epoch: int, place: int) -> dict[str, Any]:
+        """What a checkpoint after ``place`` batches of ``epoch`` carries."""
+        if epoch != self._epoch or not self._pipeline:
+            return {}
+        entry: dict[str, Any] = {
+            "epoch": epoch,
+            "batch": place,
+            "pipeline": self._pipeline,
+        }
+        state = self._states.get(place)
+        if state is not None:
+            entry["state"] = _encoded(state)
+        for old in [p for p in self._states if p < place]:
+            del self._states[old]
+        return {KEY: entry}
+
+    def _check_pipeline(self, pipeline: str, epoch: int, drop: int) -> None:
+        saved = self._saved
+        if not saved or saved.get("epoch") != epoch or saved.get("batch") != drop:
+            return
+        if saved.get("pipeline") not in (None, pipeline):
+            raise DatasetError(
+                f"make_dataset({epoch}) is not the Grain pipeline the checkpoint "
+                f"was trained on, so its place cannot be restored.\n"
+                f"  checkpoint: {saved['pipeline']}\n"
+                f"  now:        {pipeline}\n"
+                f"Put the pipeline back as it was to resume exactly, or start a "
+                f"new run directory for the new pipeline."
+            )
+
+    def _position(self, iterator: Any, epoch: int, drop: int) -> None:
+        saved = self._saved
+        state = saved.get("state") if saved else None
+        fits = saved and saved.get("epoch") == epoch and saved.get("batch") == drop
+        if fits and state is not None and hasattr(iterator, "set_state"):
+            try:
+                iterator.set_state(_decoded(state))
+            except Exception as exc:  # Grain says why (a changed sampler...)
+                raise DatasetError(
+                    f"make_dataset({epoch})'s Grain iterator refused the state "
+                    f"the checkpoint saved ({type(exc).__name__}: {exc}); was the "
+                    f"pipeline changed?"
+                ) from exc
+            self.how = "state"
+            return
+        for _ in range(drop):
+            next(iterator)
+        self.how = "skipped"
+
+    def _tracked(self, iterator: Any, first: int, wanted: int) -> Iterator[Any]:
+        states = self._states
+        savable = hasattr(iterator, "get_state")
+        for place in range(first, first + wanted):
+            if savable:
+                states[place] = iterator.get_state()
+                if len(states) > _MAX_TRACKED:
+                    del states[min(states)]
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            yield batch
+
+
+def _is_map_dataset(dataset: Any) -> bool:
+    import grain
+
+    return isinstance(dataset, grain.MapDataset)
+
+
+def _encoded(state: Any) -> Any:
+    """A state as JSON can carry it (a DataLoader's is JSON in bytes)."""
+    if isinstance(state, bytes):
+        return {"bytes": state.decode("utf-8")}
+    try:
+        json.dumps(state)
+    except (TypeError, ValueError) as exc:
+        raise DatasetError(
+            f"The Grain iterator's state is not JSON ({exc}), so a checkpoint "
+            f"cannot carry it."
+        ) from exc
+    return state
+
+
+def _decoded(state: Any) -> Any:
+    if isinstance(state, dict) and set(state) == {"bytes"}:
+        return state["bytes"].encode("utf-8")
+    return state

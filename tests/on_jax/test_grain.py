@@ -1,0 +1,92 @@
+"""Grain pipelines on JAX: SIGKILLed mid-epoch, rerun, bitwise equal.
+
+Real processes (``grain_worker.py``), Grain from PyPI, no TensorFlow: an
+uninterrupted run, and one SIGKILLed right after step 10 (checkpoints every
+4 steps, 7 steps per epoch: the rerun resumes one batch into the second
+epoch) and run again. Every pipeline has a seeded shuffle and a random map
+(before the batch for the ``MapDataset``, after read-ahead threads for the
+``IterDataset``, a ``RandomMap`` transform in the ``DataLoader``). The final
+model and optimizer variables must be bitwise equal, the kill must have
+landed during training, and the rerun must have positioned its pipeline
+without drawing a batch: by index (``MapDataset``) or by the iterator state
+the checkpoint carried. A pipeline changed between the sessions is refused
+with both descriptions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+KILL_AT = 10
+
+pytest.importorskip("grain", reason="Grain is installed in build/venv-jax")
+
+
+def worker(run_dir: str, out: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=REPO)
+    env.pop("XLA_FLAGS", None)  # the agent sets the device count itself
+    return subprocess.run(
+        [sys.executable, os.path.join(HERE, "grain_worker.py"), run_dir, out, *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        check=False,
+    )
+
+
+def read(out: str) -> tuple[dict[str, np.ndarray], dict[str, object]]:
+    with np.load(os.path.join(out, "weights.npz")) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    with open(os.path.join(out, "result.json")) as handle:
+        return arrays, json.load(handle)
+
+
+@pytest.mark.parametrize(
+    ("kind", "how"),
+    [
+        ("map", "by index"),
+        ("iter", "by its iterator's saved state"),
+        ("loader", "by its iterator's saved state"),
+    ],
+)
+def test_killed_and_rerun_equals_uninterrupted(tmp_path, kind: str, how: str) -> None:
+    straight = worker(str(tmp_path / "a"), str(tmp_path / "a-out"), "--kind", kind)
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    run, out = str(tmp_path / "b"), str(tmp_path / "b-out")
+    killed = worker(run, out, "--kind", kind, "--kill-at-step", str(KILL_AT))
+    assert killed.returncode == -9, killed.stderr[-4000:]
+    assert f"KILLING at step {KILL_AT}" in killed.stdout  # it died training
+    rerun = worker(run, out, "--kind", kind)
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+
+    want, _ = read(str(tmp_path / "a-out"))
+    got, result = read(out)
+    assert result["restored"] == [8]  # one batch into the second epoch
+    assert result["positioned"] == [f"[step 8] Grain pipeline positioned {how}"]
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes(), name
+
+
+@pytest.mark.parametrize("kind", ["map", "iter"])
+def test_a_changed_pipeline_is_refused_by_name(tmp_path, kind: str) -> None:
+    run, out = str(tmp_path / "run"), str(tmp_path / "out")
+    killed = worker(run, out, "--kind", kind, "--kill-at-step", str(KILL_AT))
+    assert f"KILLING at step {KILL_AT}" in killed.stdout
+    changed = worker(run, out, "--kind", kind, "--changed")
+    assert changed.returncode != 0
+    assert "is not the Grain pipeline the checkpoint was trained on" in changed.stderr
+    assert (
+        "checkpoint: " in changed.stderr
+        and "now:        MapMapDataset" in (changed.stderr)
+        or "now:        MapIterDataset" in changed.stderr
+    )
