@@ -13,7 +13,7 @@ How an epoch resumed mid-way is positioned, without drawing a batch:
   from ``skip`` on (random maps are seeded by index), at no cost.
 * An iterator (an ``IterDataset``'s, a ``DataLoader``'s) is positioned by
   ``set_state()`` with the state it had when the checkpoint's step was
-  trained: the agent records ``get_state()`` before each batch it hands to
+  trained: the agent records ``get_state()`` after each batch it hands to
   Keras, keyed by the batch's place in the epoch (so batches Keras reads
   ahead do not move it), and every checkpoint carries the state of its step
   in the same commit (:data:`KEY` in the checkpoint's extras, JSON).
@@ -100,13 +100,30 @@ class GrainPosition:
         self._saved: dict[str, Any] | None = None
         self._epoch = -1
         self._pipeline = ""
-        self._states: dict[int, Any] = {}  # place in the epoch -> state before it
+        self._states: dict[int, Any] = {}  # batches drawn in the epoch -> state
         self.how: str | None = None
 
     def restored(self, extras: dict[str, Any]) -> None:
         """Take the ``grain`` entry of a restored checkpoint's extras, if any."""
         saved = extras.get(KEY)
         self._saved = saved if isinstance(saved, dict) else None
+
+    def check(self, make_dataset: Any, epoch: int, skip: int) -> None:
+        """Refuse a resume at (``epoch``, ``skip``) whose pipeline changed.
+
+        Called before the epoch's first-batch fingerprint is compared, so
+        that the refusal names the stages that differ. Builds the pipeline
+        only when the checkpoint carried one (Grain's are lazy: cheap).
+
+        Raises:
+            DatasetError: the pipeline is not the checkpoint's.
+        """
+        saved = self._saved
+        if not saved or saved.get("epoch") != epoch or saved.get("batch") != skip:
+            return
+        dataset = make_dataset(epoch)
+        if is_grain(dataset):
+            self._check_pipeline(describe(dataset), epoch, skip)
 
     def open(
         self, dataset: Any, epoch: int, *, drop: int, wanted: int
@@ -184,17 +201,22 @@ class GrainPosition:
         self.how = "skipped"
 
     def _tracked(self, iterator: Any, first: int, wanted: int) -> Iterator[Any]:
+        """Yield the batches, keeping the state after each: a save after
+        ``place`` batches needs the state the iterator had then, whether or
+        not Keras has already drawn the next one."""
         states = self._states
         savable = hasattr(iterator, "get_state")
+        if savable:
+            states[first] = iterator.get_state()
         for place in range(first, first + wanted):
-            if savable:
-                states[place] = iterator.get_state()
-                if len(states) > _MAX_TRACKED:
-                    del states[min(states)]
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
+            if savable:
+                states[place + 1] = iterator.get_state()
+                if len(states) > _MAX_TRACKED:
+                    del states[min(states)]
             yield batch
 
 

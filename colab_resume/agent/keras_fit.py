@@ -37,6 +37,7 @@ from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.groups import ModelAndExtras
 from colab_resume.data import (
     DataFingerprints,
+    accepts_skip,
     epoch_dataset,
     split_step,
 )
@@ -214,6 +215,8 @@ class KerasFit:
         """
         start_epoch, skip = split_step(start_step, self.steps_per_epoch)
         self.step = start_step
+        if start_step and skip and not accepts_skip(self.make_dataset):
+            self.grain.check(self.make_dataset, start_epoch, skip)
         if start_step:
             self.fingerprints.check(start_epoch)
         hook = _make_hook(self, duties)
