@@ -43,6 +43,7 @@ SOURCES = (
     "setup.py",
     "pyproject.toml",
     "docs/requirements.txt",
+    "tests/on_jax/requirements.txt",
     "tests/browser/requirements-lab.txt",
     "tests/browser/requirements-colab.txt",
 )

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-EXTRAS = {"tf", "jax", "report", "test", "dev"}
+EXTRAS = {"tf", "jax", "grain", "report", "test", "dev"}
 
 
 def clean_env() -> dict[str, str]:
