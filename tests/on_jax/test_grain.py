@@ -27,8 +27,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 KILL_AT = 10
 
-pytest.importorskip("grain", reason="Grain is installed in build/venv-jax")
-
 
 def worker(run_dir: str, out: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=REPO)
