@@ -2,7 +2,7 @@
 
     python bench/goodput.py [--mean-between-deaths 60] [--seed 0]
         [--epochs 8] [--steps-per-epoch 1500] [--cadences 10,100,1000]
-        [--floor 1] [--json results.json]
+        [--floor 1] [--json results.json] [--keep DIR]
 
 One run of a small Keras workload (an MLP, TensorFlow on CPU) per
 contender, each SIGKILLed at the same Poisson times (exponential gaps of
@@ -21,19 +21,23 @@ the goodput from the bench's own clock, and for the agent the goodput the
 product reports from its run directory (``read_goodput``, what
 ``colab-resume status`` prints), with the difference in percentage points.
 
-The bench's truth: the total is from the first launch to the last exit on
-the driver's clock; a step's time is the gap between its end and the
-previous step's end in the same process, less the saves inside that gap
-(each save's wall time, logged by the worker); a process's first step is
-counted at its median step (its excess is start-up: compiling); each step
-counts once, in the process that ran it last, and every earlier run of it
-was redone. Productive time is the sum over the run's steps, goodput that
-over the total. Nothing of the product's accounting is used for it.
+The bench's truth: the total is from the first launch to the worker's
+last record (training done and the agent closed; the interpreter's own
+teardown after it, a second or two of TensorFlow's, is not the run's: a
+notebook's kernel lives on), on the one machine's clock; a step's time is
+the gap between its end and the previous step's end in the same process,
+less the saves inside that gap (each save's wall time, logged by the
+worker); a process's first step is counted at its median step (its excess
+is start-up: compiling); each step counts once, in the process that ran it
+last, and every earlier run of it was redone. Productive time is the sum
+over the run's steps, goodput that over the total. Nothing of the
+product's accounting is used for it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -204,15 +208,14 @@ def run_contender(
         if code != 0:
             raise SystemExit(f"{name} failed with exit {code}: see {run_dir}.log")
         break
-    ended = time.time()
-    result = truth(events, launched, ended)
+    result = truth(events, launched)
     result.update(name=name, kills=len(kills), kill_times=kills)
     if name != "bar":
         result.update(reported(run_dir))
     return result
 
 
-def truth(path: str, launched: float, ended: float) -> dict[str, Any]:
+def truth(path: str, launched: float) -> dict[str, Any]:
     """Goodput by the bench's own clock (see the module docstring)."""
     with open(path) as f:
         records = []
@@ -249,7 +252,8 @@ def truth(path: str, launched: float, ended: float) -> dict[str, Any]:
             process.append((record["step"], max(0.0, gap)))
             previous, saved_since = record["wall"], 0.0
     close(process)
-    total = ended - launched
+    total = records[-1]["wall"] - launched  # the last run's "done"
+    assert records[-1]["ev"] == "done", records[-1]
     productive = sum(kept.values())
     return {
         "total_seconds": total,
@@ -325,6 +329,9 @@ def main() -> None:
     parser.add_argument("--floor", type=float, default=1.0)
     parser.add_argument("--contenders", help="comma-separated subset to run")
     parser.add_argument("--json", help="write every figure here")
+    parser.add_argument(
+        "--keep", help="put the run directories here (kept), not in a temporary one"
+    )
     args = parser.parse_args()
     if args.worker:
         args.contender = args.worker
@@ -335,7 +342,11 @@ def main() -> None:
         names = [n for n in names if n in args.contenders.split(",")]
     deaths = poisson_deaths(args.mean_between_deaths, args.seed, horizon=86_400)
     results = []
-    with tempfile.TemporaryDirectory(prefix="goodput-bench-") as root:
+    with contextlib.ExitStack() as stack:
+        root = args.keep or stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="goodput-bench-")
+        )
+        os.makedirs(root, exist_ok=True)
         for name in names:
             print(f"{name}: training", flush=True)
             result = run_contender(name, deaths, args, root)

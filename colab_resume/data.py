@@ -279,6 +279,11 @@ class DataFingerprints:
             check_global_batch_unchanged(epoch, self.restored_batch, size)
             check_fingerprint(epoch, self.seen[str(epoch)], current)
 
+    def forget(self) -> None:
+        """Drop the fingerprints restored: the data is checked by other
+        means, and the epochs' fingerprints are recorded anew from here."""
+        self.seen = {}
+
     def record(self, epoch: int) -> None:
         """Remember ``epoch``'s fingerprint (once), forgetting old epochs."""
         if str(epoch) not in self.seen:

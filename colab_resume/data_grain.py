@@ -21,6 +21,16 @@ How an epoch resumed mid-way is positioned, without drawing a batch:
   that takes ``skip`` itself), the batches are drawn and dropped, as for
   any iterable: exact, at the pipeline's cost.
 
+Across processes (JAX multi-process), where every process yields the
+global batches (``data_sharding="global"``) they all hold the same state
+and process 0's is saved. Where each process reads its own shard
+(``data_sharding="per_process"``), every process's state and description
+are gathered into the checkpoint at each save (one all-gather) and each
+process restores its own. Resumed on another process count, an
+``ElasticIterator`` (``grain.experimental``; one global position, the same
+on every shard) continues from that position; any other pipeline is
+positioned by drawing and dropping, which the agent says.
+
 Each checkpoint also carries the pipeline's description (its stages, from
 the last to the source, transforms named without their source location).
 A resume whose pipeline differs is refused with both descriptions, like a
@@ -31,9 +41,10 @@ pipeline. The epoch's first-batch fingerprint
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from colab_resume.dataset_contract import DatasetError
@@ -44,6 +55,11 @@ GRAIN_HOW = {
     "state": "by its iterator's saved state (set_state)",
     "index": "by index (a MapDataset slice)",
     "skipped": "by drawing and dropping the batches already trained (no state saved)",
+    "elastic": "by its elastic iterator's global position, on another process count",
+    "recounted": (
+        "by drawing and dropping the batches already trained (the process count "
+        "changed and its iterator is not elastic)"
+    ),
 }
 # Batches recorded ahead of the newest save: Keras reads a few ahead, so a
 # bound far above that keeps memory flat on an epoch of millions of steps.
@@ -78,9 +94,33 @@ def describe(dataset: Any) -> str:
                 f"operations=[{', '.join(map(str, operations))}])"
             )
             continue
+        if hasattr(node, "_global_batch_size") and hasattr(node, "_ds"):
+            # An ElasticIterator: its shard options are left out, as they
+            # differ from process to process and its position does not.
+            stages.append(
+                f"ElasticIterator(global_batch_size={node._global_batch_size})"
+            )
+            nodes.append(node._ds)
+            continue
         stages.append(str(node))
         nodes.extend(getattr(node, "parents", ()) or ())
     return _NOISE.sub("", " < ".join(stages))
+
+
+@dataclasses.dataclass(frozen=True)
+class Shards:
+    """This process among processes that each read their own shard.
+
+    Attributes:
+        index: this process.
+        count: the processes.
+        gather: every process's text, in process order (a collective: every
+            process calls it at the same point).
+    """
+
+    index: int
+    count: int
+    gather: Callable[[str], list[str]]
 
 
 class GrainPosition:
@@ -96,7 +136,10 @@ class GrainPosition:
             ``"skipped"`` (drawn and dropped), None before one was.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, shards: Callable[[], Shards | None] = lambda: None) -> None:
+        """``shards``: this process's shard, asked at each use (None: the
+        batches are global, the same on every process)."""
+        self._shards = shards
         self._saved: dict[str, Any] | None = None
         self._epoch = -1
         self._pipeline = ""
@@ -108,22 +151,32 @@ class GrainPosition:
         saved = extras.get(KEY)
         self._saved = saved if isinstance(saved, dict) else None
 
-    def check(self, make_dataset: Any, epoch: int, skip: int) -> None:
+    def check(self, make_dataset: Any, epoch: int, skip: int) -> bool:
         """Refuse a resume at (``epoch``, ``skip``) whose pipeline changed.
 
         Called before the epoch's first-batch fingerprint is compared, so
         that the refusal names the stages that differ. Builds the pipeline
         only when the checkpoint carried one (Grain's are lazy: cheap).
 
+        Returns:
+            True when the checkpoint was saved on another process count and
+            the pipeline is an elastic iterator: it continues from its own
+            global position, and each shard now holds other rows, so the
+            first-batch fingerprints recorded before cannot be compared.
+
         Raises:
             DatasetError: the pipeline is not the checkpoint's.
         """
-        saved = self._saved
-        if not saved or saved.get("epoch") != epoch or saved.get("batch") != skip:
-            return
+        if not self._saved:
+            return False
+        regrouped = len(self._parts()) != self._place()[1]
+        if not regrouped and not self._saved_at(epoch, skip):
+            return False
         dataset = make_dataset(epoch)
-        if is_grain(dataset):
-            self._check_pipeline(describe(dataset), epoch, skip)
+        if not is_grain(dataset):
+            return False
+        self._check_pipeline(describe(dataset), epoch, skip)
+        return regrouped and _is_elastic(dataset)
 
     def open(
         self, dataset: Any, epoch: int, *, drop: int, wanted: int
@@ -151,27 +204,66 @@ class GrainPosition:
             self._position(iterator, epoch, drop)
         return self._tracked(iterator, drop, wanted)
 
+    def said(self) -> str:
+        """How the last epoch opened mid-way was positioned, in words."""
+        text = GRAIN_HOW.get(self.how or "", "")
+        if self.how in ("elastic", "recounted"):
+            text += f" (processes {len(self._parts())} -> {self._place()[1]})"
+        return text
+
     def extras(self, epoch: int, place: int) -> dict[str, Any]:
         """What a checkpoint after ``place`` batches of ``epoch`` carries."""
         if epoch != self._epoch or not self._pipeline:
             return {}
-        entry: dict[str, Any] = {
-            "epoch": epoch,
-            "batch": place,
-            "pipeline": self._pipeline,
-        }
+        mine: dict[str, Any] = {"pipeline": self._pipeline}
         state = self._states.get(place)
         if state is not None:
-            entry["state"] = _encoded(state)
+            mine["state"] = _encoded(state)
         for old in [p for p in self._states if p < place]:
             del self._states[old]
-        return {KEY: entry}
+        entry: dict[str, Any] = {"epoch": epoch, "batch": place}
+        shards = self._shards()
+        if shards is None:
+            return {KEY: {**entry, **mine}}
+        every = shards.gather(json.dumps(mine, sort_keys=True))
+        return {KEY: {**entry, "processes": [json.loads(text) for text in every]}}
+
+    def _saved_at(self, epoch: int, place: int) -> dict[str, Any] | None:
+        """This process's part of the checkpoint's entry, if it was saved at
+        ``place`` batches into ``epoch``.
+
+        Where the checkpoint holds each process's part and the process count
+        is the same, this process's own; where the count changed, no pipeline
+        to compare (each shard's differs) and the state only if every
+        process's was the same (an elastic iterator's), with ``"from"``: the
+        count it was saved on.
+        """
+        saved = self._saved
+        if not saved or saved.get("epoch") != epoch or saved.get("batch") != place:
+            return None
+        parts = self._parts()
+        index, count = self._place()
+        if len(parts) == count:
+            return dict(parts[index])
+        states = {json.dumps(p.get("state"), sort_keys=True) for p in parts}
+        same = parts[0].get("state") if len(states) == 1 else None
+        return {"pipeline": None, "state": same, "from": len(parts)}
+
+    def _parts(self) -> list[dict[str, Any]]:
+        """The saved entry per process (one: a single process's, or the
+        global pipeline's that every process shared)."""
+        saved = self._saved or {}
+        parts = saved.get("processes")
+        return parts if isinstance(parts, list) else [saved]
+
+    def _place(self) -> tuple[int, int]:
+        """(this process, processes) among those reading their own shards."""
+        shards = self._shards()
+        return (shards.index, shards.count) if shards else (0, 1)
 
     def _check_pipeline(self, pipeline: str, epoch: int, drop: int) -> None:
-        saved = self._saved
-        if not saved or saved.get("epoch") != epoch or saved.get("batch") != drop:
-            return
-        if saved.get("pipeline") not in (None, pipeline):
+        saved = self._saved_at(epoch, drop)
+        if saved and saved.get("pipeline") not in (None, pipeline):
             raise DatasetError(
                 f"make_dataset({epoch}) is not the Grain pipeline the checkpoint "
                 f"was trained on, so its place cannot be restored.\n"
@@ -182,10 +274,12 @@ class GrainPosition:
             )
 
     def _position(self, iterator: Any, epoch: int, drop: int) -> None:
-        saved = self._saved
-        state = saved.get("state") if saved else None
-        fits = saved and saved.get("epoch") == epoch and saved.get("batch") == drop
-        if fits and state is not None and hasattr(iterator, "set_state"):
+        saved = self._saved_at(epoch, drop) or {}
+        state = saved.get("state")
+        recounted = "from" in saved
+        if recounted and not _is_elastic(iterator):
+            state = None  # a shard's state means nothing to another sharding
+        if state is not None and hasattr(iterator, "set_state"):
             try:
                 iterator.set_state(_decoded(state))
             except Exception as exc:  # Grain says why (a changed sampler...)
@@ -194,11 +288,11 @@ class GrainPosition:
                     f"the checkpoint saved ({type(exc).__name__}: {exc}); was the "
                     f"pipeline changed?"
                 ) from exc
-            self.how = "state"
+            self.how = "elastic" if recounted else "state"
             return
         for _ in range(drop):
             next(iterator)
-        self.how = "skipped"
+        self.how = "recounted" if recounted else "skipped"
 
     def _tracked(self, iterator: Any, first: int, wanted: int) -> Iterator[Any]:
         """Yield the batches, keeping the state after each: a save after
@@ -218,6 +312,11 @@ class GrainPosition:
                 if len(states) > _MAX_TRACKED:
                     del states[min(states)]
             yield batch
+
+
+def _is_elastic(iterator: Any) -> bool:
+    """Grain's ``ElasticIterator``: one global position, valid on any sharding."""
+    return any(cls.__name__ == "ElasticIterator" for cls in type(iterator).__mro__)
 
 
 def _is_map_dataset(dataset: Any) -> bool:

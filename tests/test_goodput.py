@@ -117,6 +117,35 @@ def test_a_scripts_own_start_is_training_prep_and_moves_its_session_start():
     assert result.productive == pytest.approx(plain.productive)
 
 
+def test_time_a_killed_session_trained_past_its_last_beat_is_not_downtime_too():
+    """Session 1 beat last at step 900 but committed 1,400 before it died
+    (its successor restored that): its steps to 1,400 are known trained,
+    which stretches it past its last beat, and the gap after it shrinks by
+    as much. The run's total stays the wall time from its first start to
+    its last sign; counted in both, the total would exceed it."""
+    trained_on = [
+        dataclasses.replace(DEATH[0], last_step=1400, redone=None),
+        dataclasses.replace(DEATH[1], first_step=1400),
+    ]
+    result = gp.compute(report(trained_on, DEATH_TIMINGS))
+    assert result.total == pytest.approx(1200 - 996.5)
+    assert result.productive == pytest.approx(2000 * 0.01)
+    # Session 1 is 1,400 steps of 0.01 s plus its start-up: 3.5 s + 2 s
+    # build + 5.09 s compile + 1.8 s saves = 26.39 s of 103.5 s wall; the
+    # 500 steps past its beat (5 s) are inside its wall, not beyond it.
+    assert result.buckets[gp.RECOVERY] == pytest.approx(30 + 0.5 + 1.0)
+    stretched = [
+        dataclasses.replace(DEATH[0], ended_at=1010.0, last_step=1400, redone=None),
+        dataclasses.replace(DEATH[1], first_step=1400),
+    ]
+    result = gp.compute(report(stretched, DEATH_TIMINGS))
+    # Seen last 13.5 s after its start, it needed 26.39 s for what it did:
+    # it lived until 1022.89 at least, and the gap before session 2 (which
+    # began at 1130) is 107.11 s, not 120 s.
+    assert result.total == pytest.approx(1200 - 996.5)
+    assert result.buckets[gp.RECOVERY] == pytest.approx(1130 - 1022.89 + 0.5 + 1.0)
+
+
 def test_a_process_counts_its_launch_once_and_a_kernel_never(monkeypatch):
     monkeypatch.setattr(timings_module, "_launch_counted", False)
     age = timings_module.script_launch_seconds()

@@ -32,6 +32,7 @@ from colab_resume.agent import callback_state, metric_state, spans
 from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
+from colab_resume.backend import jax_distributed
 from colab_resume.backend.random_ops import RandomOpWatch
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.groups import ModelAndExtras
@@ -42,7 +43,7 @@ from colab_resume.data import (
     split_step,
 )
 from colab_resume.data_cost import RebuildWatch
-from colab_resume.data_grain import GRAIN_HOW, GrainPosition
+from colab_resume.data_grain import GrainPosition
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
 from colab_resume.validate import check_int
@@ -97,7 +98,8 @@ class KerasFit:
         self.fingerprints = DataFingerprints(
             make_dataset, reset=reset_fingerprints, events=events
         )
-        self.grain = GrainPosition()
+        self.events = events
+        self.grain = GrainPosition(jax_distributed.grain_shards)
         self.rebuild_watch = RebuildWatch(self.warn)
         for warning in callback_state.check_callbacks(self.user_callbacks):
             self.warn(warning)
@@ -215,9 +217,14 @@ class KerasFit:
         """
         start_epoch, skip = split_step(start_step, self.steps_per_epoch)
         self.step = start_step
-        if start_step and skip and not accepts_skip(self.make_dataset):
-            self.grain.check(self.make_dataset, start_epoch, skip)
-        if start_step:
+        regrouped = False
+        if start_step and not accepts_skip(self.make_dataset):
+            regrouped = self.grain.check(self.make_dataset, start_epoch, skip)
+        if regrouped:
+            # An elastic iterator on another process count: its own global
+            # position places it, and each shard's first batch now differs.
+            self.fingerprints.forget()
+        elif start_step:
             self.fingerprints.check(start_epoch)
         hook = _make_hook(self, duties)
         callbacks = [hook] + ([_make_progbar(self)] if self.verbose != 0 else [])
@@ -293,11 +300,10 @@ class KerasFit:
         if first:
             chosen.check_first_batch(self.make_dataset, dataset, epoch, self.model)
             if skip and self.grain.how:
-                log.info(
-                    "[step %d] Grain pipeline positioned %s",
-                    self.step,
-                    GRAIN_HOW[self.grain.how],
-                )
+                said = f"Grain pipeline positioned {self.grain.said()}"
+                log.info("[step %d] %s", self.step, said)
+                if self.events is not None:
+                    self.events.emit("data.positioned", said, step=self.step)
         return dataset
 
     def _fit_span(

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from colab_resume import exit_status
+from colab_resume.data_grain import Shards
 from colab_resume.validate import check_seconds
 
 KERAS_ADDRESSES = "KERAS_DISTRIBUTION_JOB_ADDRESSES"
@@ -381,7 +382,9 @@ def agree_settings(settings: dict[str, str]) -> None:
     rows = allgather_ints([_digest(settings[name]) for name in names])
     for column, name in enumerate(names):
         if len({int(row[column]) for row in rows}) > 1:
-            raise SettingsMismatch(name, _gather_text(settings[name]))
+            raise SettingsMismatch(
+                name, gather_texts(settings[name], limit=_SHOWN_BYTES)
+            )
 
 
 def _digest(text: str) -> int:
@@ -389,9 +392,15 @@ def _digest(text: str) -> int:
     return int.from_bytes(raw, "little") >> 1  # fits an int64
 
 
-def _gather_text(text: str) -> list[str]:
-    """Every process's ``text`` (cut to :data:`_SHOWN_BYTES`), in process order."""
-    data = text.encode("utf-8", "replace")[:_SHOWN_BYTES]
+def gather_texts(text: str, *, limit: int | None = None) -> list[str]:
+    """Every process's ``text`` (its first ``limit`` bytes), in process order.
+
+    Two all-gathers: the lengths, then the bytes padded to the longest.
+    Every process calls it at the same point; on one process, ``[text]``.
+    """
+    if process_count() == 1:
+        return [text]
+    data = text.encode("utf-8", "replace")[:limit]
     lengths = [int(row[0]) for row in allgather_ints([len(data)])]
     padded = list(data) + [0] * (max(lengths) - len(data))
     rows = allgather_ints(padded or [0])
@@ -480,6 +489,14 @@ def set_data_sharding(mode: str) -> None:
 def shards_given() -> bool:
     """True when several processes each yield only their own rows."""
     return _data_sharding == "per_process" and process_count() > 1
+
+
+def grain_shards() -> Shards | None:
+    """This process's shard of a Grain pipeline, where each process reads
+    its own (``data_sharding="per_process"``); None where batches are global."""
+    if not shards_given():
+        return None
+    return Shards(process_index(), process_count(), gather_texts)
 
 
 def agree_first_batch(batch: Any) -> Any:

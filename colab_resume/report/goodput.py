@@ -313,12 +313,16 @@ def compute(report: RunReport) -> Goodput:
         in_session = _redone_in_session(history, session.lease)
         recoveries += len(in_session)
         share = _session_share(session, timings, ideal, ended - begun, in_session)
+        # A session killed outright trained on past its last sign: what it
+        # is known to have done then (commits its successor restored) ends
+        # it later, and that time is not the gap's too.
+        held = timings.paused if timings else 0.0
+        previous, previous_end = session, max(ended, begun + share.seconds + held)
         if gap:
             share.buckets[RECOVERY] = share.buckets.get(RECOVERY, 0.0) + gap
             share = dataclasses.replace(share, seconds=share.seconds + gap)
-        paused += timings.paused if timings else 0.0
+        paused += held
         shares.append(share)
-        previous, previous_end = session, ended
     buckets = {b: sum(s.buckets.get(b, 0.0) for s in shares) for b in BUCKETS}
     total = sum(s.seconds for s in shares)
     productive = sum(s.productive for s in shares)

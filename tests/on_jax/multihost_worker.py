@@ -3,6 +3,7 @@
     python tests/on_jax/multihost_worker.py RUN_DIR OUT_DIR --process K
         --processes N --port P [--devices D] [--dead-after S] [--step-delay T]
         [--loop fit|run] [--data global|per-process [--change-shard K:HOW]]
+        [--data grain|grain-per-process|grain-elastic]
 
 Every process of the job runs this with its own ``--process``; they meet
 at the coordinator on 127.0.0.1:P (process 0 serves it). Each process has
@@ -18,6 +19,14 @@ only this process's rows (``data_sharding="per_process"``): the same rows
 the agent would have fed it, so the run is bitwise equal to a global one;
 ``--change-shard K:short`` drops one row from process K's batches,
 ``K:reversed`` reverses their rows.
+
+The ``grain`` kinds feed the same rows through Grain iterators, positioned
+by their saved states: ``grain``, every process the global batches (one
+state, the same everywhere); ``grain-per-process``, each process its own
+rows, process 1's read among as many rows its pipeline filters out (so the
+processes' states differ: restoring one's state on the other goes wrong);
+``grain-elastic``, each process its shard of an ``ElasticIterator`` (one
+global position, valid on any process count).
 """
 
 from __future__ import annotations
@@ -31,6 +40,14 @@ import time
 EPOCHS = 3
 STEPS_PER_EPOCH = 6
 GLOBAL_BATCH = 8
+# --data: the agent's data_sharding for each.
+DATA_SHARDING = {
+    "global": "global",
+    "per-process": "per_process",
+    "grain": "global",
+    "grain-per-process": "per_process",
+    "grain-elastic": "per_process",
+}
 
 
 def make_dataset(epoch: int, skip: int = 0) -> list[tuple[object, object]]:
@@ -63,6 +80,42 @@ def own_rows(make: object, change: str | None) -> object:
             (x[first:last][::order], y[first:last][::order])
             for x, y in make(epoch, skip)  # type: ignore[operator]
         ]
+
+    return make_dataset
+
+
+def grain_data(make: object, kind: str) -> object:
+    """``make``'s rows as a Grain iterator per epoch (see the module docstring)."""
+    import grain
+    import jax
+    import numpy as np
+
+    def rows(epoch: int, share: int, first: int, padded: bool) -> list[object]:
+        out: list[object] = []
+        for x, y in make(epoch):  # type: ignore[operator]
+            for r in range(first, first + share):
+                out.append((x[r], y[r], np.True_))
+                if padded:  # a row the pipeline drops
+                    out.append((x[r] * 0, y[r] * 0, np.False_))
+        return out
+
+    def make_dataset(epoch: int) -> object:
+        count, index = jax.process_count(), jax.process_index()
+        if kind == "grain-elastic":
+            source = grain.MapDataset.source(rows(epoch, GLOBAL_BATCH, 0, False))
+            return grain.experimental.ElasticIterator(
+                source.map(lambda e: (e[0], e[1])),
+                global_batch_size=GLOBAL_BATCH,
+                shard_options=grain.sharding.ShardOptions(index, count),
+                read_options=grain.ReadOptions(num_threads=2),
+            )
+        share = GLOBAL_BATCH // count if kind == "grain-per-process" else GLOBAL_BATCH
+        first = index * share if kind == "grain-per-process" else 0
+        padded = kind == "grain-per-process" and index == 1
+        ds = grain.MapDataset.source(rows(epoch, share, first, padded))
+        ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=2))
+        ds = ds.filter(lambda e: bool(e[2])).map(lambda e: (e[0], e[1]))
+        return ds.batch(share, drop_remainder=True)
 
     return make_dataset
 
@@ -120,7 +173,7 @@ def main() -> None:
     parser.add_argument("--stop-at", type=int, default=None)
     parser.add_argument("--stop-process", type=int, default=None)
     parser.add_argument("--loop", choices=("fit", "run", "run-keras"), default="fit")
-    parser.add_argument("--data", choices=("global", "per-process"), default="global")
+    parser.add_argument("--data", choices=DATA_SHARDING, default="global")
     parser.add_argument("--change-shard", default=None)
     parser.add_argument("--start-timeout", type=float, default=300.0)
     args = parser.parse_args()
@@ -139,7 +192,7 @@ def main() -> None:
             num_processes=args.processes,
             process_id=args.process,
             peer_dead_after_seconds=args.dead_after,
-            data_sharding=args.data.replace("-", "_"),
+            data_sharding=DATA_SHARDING[args.data],
             start_timeout_seconds=args.start_timeout,
         )
         if args.processes > 1
@@ -167,6 +220,8 @@ def main() -> None:
     if args.data == "per-process":
         which, _, how = (args.change_shard or ":").partition(":")
         data = own_rows(make_dataset, how if which == str(args.process) else None)
+    elif args.data.startswith("grain"):
+        data = grain_data(make_dataset, args.data)
     if args.loop == "fit":
         agent.fit(
             build_model,
@@ -204,6 +259,11 @@ def main() -> None:
                 "resumed_at": restored[-1].step if restored else None,
                 "changes": changed,
                 "stopped": agent.stopped,
+                "positioned": [
+                    e.message
+                    for e in agent.events.recent(200)
+                    if e.kind == "data.positioned"
+                ],
                 "committed": [
                     e.step
                     for e in agent.events.recent(500)

@@ -463,3 +463,104 @@ def test_a_peer_that_never_starts_is_named_with_a_countdown_then_given_up(
     assert "did not join within 6s (start_timeout_seconds)" in text, text
     assert "Check that every process was started" in text
     assert not alone.steps
+
+
+def kill_mid_epoch(run_dir: str, out: str, *extra: str) -> int:
+    """Run a 2 x 2 group, SIGKILL process 1 once step 8 (two steps into
+    epoch 1) is committed and step 9 trained, let the survivor exit RESTART;
+    returns the step committed last. Steps are 0.3 s apart, so the next
+    save (step 10) cannot have committed when the kill lands."""
+    group = run_group(run_dir, out, "--step-delay", "0.3", *extra, processes=2)
+    victim = group[1]
+    victim.wait_for_step(9)
+    deadline = time.monotonic() + 60
+    while 8 not in committed_steps(run_dir):
+        assert time.monotonic() < deadline, victim.text()
+        time.sleep(0.02)
+    victim.proc.send_signal(signal.SIGKILL)
+    assert victim.wait() == -signal.SIGKILL
+    assert group[0].wait(timeout=60) == exit_status.RESTART, group[0].text()
+    assert max(group[0].steps) < TOTAL_STEPS  # the kill landed in training
+    return max(committed_steps(run_dir))
+
+
+@pytest.mark.parametrize("data", ["grain", "grain-per-process"])
+def test_grain_iterators_resume_bitwise_after_a_peer_is_killed(
+    reference: tuple[str, str], tmp_path: str, data: str
+) -> None:
+    """Grain iterators fed the reference's rows (every process the global
+    batches, or each its own shard). Killed two steps into epoch 1, the
+    pair restarts with each process's iterator set to its own saved state
+    (per process, process 1's state differs from process 0's: its pipeline
+    drops a row for every row it yields), and ends bitwise equal to the
+    reference."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    committed = kill_mid_epoch(run_dir, out, "--data", data)
+    assert committed == 8, committed
+    saved = checkpoint_extras(run_dir, committed)["grain"]
+    if data == "grain-per-process":
+        states = [part["state"] for part in saved["processes"]]
+        assert len(states) == 2 and states[0] != states[1], saved
+    else:
+        assert "processes" not in saved and saved["state"], saved
+    finish(run_pair(run_dir, out, "--data", data))
+    _, ref_out = reference
+    for k in (0, 1):
+        assert_bitwise(weights(out, k), weights(ref_out, k))
+        with open(os.path.join(out, f"result.p{k}.json")) as f:
+            result = json.load(f)
+        assert result["resumed_at"] == committed
+        (said,) = result["positioned"]
+        assert "by its iterator's saved state" in said, said
+
+
+def test_an_elastic_grain_iterator_continues_from_two_processes_on_one(
+    tmp_path: str,
+) -> None:
+    """Each of two processes reads its shard of a Grain ``ElasticIterator``;
+    killed two steps into epoch 1, the run continues on one process from
+    the iterator's global position (saved alike by both shards), says
+    "processes 2 -> 1", and epoch 1 ends with every one of its rows drawn
+    once: the iterator's position at the end is the epoch's row count
+    (positioned at 0 it would stop 16 rows short)."""
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")  # type: ignore[operator]
+    committed = kill_mid_epoch(run_dir, out, "--data", "grain-elastic")
+    assert committed == 8, committed
+    single = Proc(
+        run_dir, out, 0, 0, "--data", "grain-elastic", "--epochs", "2", processes=1
+    )
+    assert single.wait() == 0, single.text()
+    assert min(single.steps) == committed + 1
+    with open(os.path.join(out, "result.p0.json")) as f:
+        result = json.load(f)
+    (said,) = result["positioned"]
+    assert "elastic iterator's global position" in said, said
+    assert "processes 2 -> 1" in said, said
+    final = checkpoint_extras(run_dir, 2 * STEPS_PER_EPOCH)["grain"]
+    assert final["batch"] == STEPS_PER_EPOCH, final
+    assert final["state"] == {"global_next_index": STEPS_PER_EPOCH * 8}, final
+
+
+STEPS_PER_EPOCH = TOTAL_STEPS // 3
+
+
+def manifests(run_dir: str) -> dict[int, str]:
+    """Step -> manifest path of every committed checkpoint in ``run_dir``."""
+    found = {}
+    top = os.path.join(run_dir, rundir.CHECKPOINT_DIR)
+    for name in os.listdir(top) if os.path.isdir(top) else ():
+        parsed = rundir.CheckpointName.parse(name)
+        manifest = os.path.join(top, name, rundir.MANIFEST)
+        if parsed is not None and os.path.exists(manifest):
+            found[parsed.step] = manifest
+    return found
+
+
+def committed_steps(run_dir: str) -> list[int]:
+    return sorted(manifests(run_dir))
+
+
+def checkpoint_extras(run_dir: str, step: int) -> dict[str, object]:
+    """The extras of the committed checkpoint at ``step``."""
+    with open(manifests(run_dir)[step]) as f:
+        return json.load(f)["extras"]  # type: ignore[no-any-return]
