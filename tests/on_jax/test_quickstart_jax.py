@@ -1,8 +1,10 @@
-"""The quickstart notebook's Colab TPU path — Keras on JAX, NumPy batches, no
+"""The quickstart notebook's Colab TPU path — Keras on JAX, a Grain pipeline, no
 TensorFlow installed — run top to bottom by papermill on the CPU."""
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 
 from support.notebooks import execute, pngs, text_of
@@ -26,3 +28,10 @@ def test_quickstart_on_jax_trains_to_done_without_tensorflow(tmp_path):
     assert "COMPLETED: step 10, checkpoint 10, lease 1" in printed, printed
     assert len(pngs(notebook)) == 1  # the run report
     assert os.path.exists(os.path.join(run_dir, "DONE.json"))
+    # Fed by Grain: every checkpoint carries the iterator's state.
+    manifests = glob.glob(os.path.join(run_dir, "checkpoints", "*", "MANIFEST.json"))
+    saved = []
+    for path in manifests:
+        with open(path) as f:
+            saved.append(json.load(f)["extras"].get("grain"))
+    assert saved and all(s and "state" in s for s in saved), saved
