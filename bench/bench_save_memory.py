@@ -75,7 +75,7 @@ def child(url: str, bucket: str, mb: int, held: bool) -> dict:
     import tensorflow as tf
 
     from colab_resume.checkpoint import CheckpointManager
-    from colab_resume.checkpoint.arrays import ArrayState
+    from colab_resume.checkpoint.formats.portable import ArrayState
 
     updated = threading.Event()
     if held:

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from support.checkpoints import as_other_backend_wrote, seed_position
 
-from colab_resume.checkpoint.arrays import ArrayState
 from colab_resume.checkpoint.errors import StructureMismatchError
+from colab_resume.checkpoint.formats.portable import ArrayState
 
 
 def build() -> keras.Model:

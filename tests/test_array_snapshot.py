@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from colab_resume.checkpoint.arrays import ArrayState, read_shards
+from colab_resume.checkpoint.formats.portable import ArrayState, read_shards
 
 
 def test_in_place_updates_after_the_snapshot_do_not_reach_the_file(tmp_path):

@@ -102,6 +102,7 @@ def test_round_trip_manifest_lists_files_with_server_crc(storage):
         assert listed[entry["name"]].size == entry["size"]
         assert listed[entry["name"]].crc32c == entry["crc32c"]
     assert manifest["metrics"] == {"loss": 0.5} and manifest["step"] == 2
+    assert manifest["state_format"] == "portable"
 
     fresh = make_state(99)
     info = manager(storage, lease=2).restore(fresh)
@@ -406,6 +407,27 @@ def test_tensorflow_format_checkpoints_keep_restoring(storage):
     assert "ckpt.index" in files and not any(f.endswith(".safetensors") for f in files)
     fresh = make_state(99)
     assert manager(storage, lease=2).restore(fresh).step == 1
+    assert_same(values(fresh), saved[1])
+
+
+def test_a_manifest_without_a_format_name_is_read_by_its_files(storage):
+    """Manifests written before formats had names (no ``state_format``):
+    TensorFlow's files and safetensors shards each restore as before."""
+    saved = save_steps(manager(storage, format="tensorflow"), [1])
+    saved.update(save_steps(manager(storage, lease=2), [2]))
+    for name, written in (
+        (CheckpointName(1, 1), "tensorflow"),
+        (CheckpointName(2, 2), "portable"),
+    ):
+        record = storage.read_json(name.manifest_path)
+        assert record.pop("state_format") == written
+        storage.write_json(name.manifest_path, record)
+    fresh = make_state(99)
+    assert manager(storage, lease=3).restore(fresh).step == 2
+    assert_same(values(fresh), saved[2])
+    storage.delete(CheckpointName(2, 2).manifest_path)
+    fresh = make_state(98)
+    assert manager(storage, lease=4).restore(fresh).step == 1
     assert_same(values(fresh), saved[1])
 
 

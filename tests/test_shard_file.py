@@ -1,4 +1,4 @@
-"""Reading safetensors shards by mapping them (colab_resume/checkpoint/shard_file.py).
+"""Reading safetensors shards by mapping them (the portable format's shard_file).
 
 Real files written by the safetensors library; damaged ones made by editing
 their bytes. A damaged file must be refused with what is wrong, never read
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from colab_resume.checkpoint.arrays import read_arrays, write_arrays
-from colab_resume.checkpoint.shard_file import DamagedShardError
+from colab_resume.checkpoint.formats.portable import read_arrays, write_arrays
+from colab_resume.checkpoint.formats.portable.shard_file import DamagedShardError
 from colab_resume.protocol.manifest import FileEntry, crc32c_bytes
 
 

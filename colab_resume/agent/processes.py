@@ -27,7 +27,7 @@ from colab_resume.agent.driver import Driver
 from colab_resume.agent.options import AgentOptions
 from colab_resume.backend.numpy_batches import epoch_batches
 from colab_resume.checkpoint import CheckpointManager
-from colab_resume.checkpoint.arrays import NotPortableError, portable_groups
+from colab_resume.checkpoint.formats.portable import NotPortableError, portable_groups
 from colab_resume.checkpoint.groups import describe
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession

@@ -7,15 +7,17 @@ Two overlaps shorten the time to the first resumed step:
   download as soon as the run is taken, while ``build_model()`` runs on
   the training thread;
 - :class:`ShardFetch` downloads a checkpoint's files in the manifest's
-  order and reads each portable shard as soon as it has arrived and
+  order and, where the checkpoint's format reads its files one by one
+  (:attr:`~colab_resume.checkpoint.formats.Format.reads_while_arriving`:
+  the portable one's shards), reads each as soon as it has arrived and
   verified, while the next ones download; the reader waits for each file
   only when it reaches it (:meth:`ShardFetch.arrived`).
 
 The files go to local disk (the staging directory), and each is checked
 against the manifest's size and CRC32C as it streams in, as a download
 without a prefetch is. A shard read early is read exactly as the restore
-reads it (:func:`~colab_resume.checkpoint.arrays.read_arrays`: one copy in
-memory of its own, its CRC32C checked again over that copy); those copies
+reads it (the format's ``read_file``: one copy in memory of its own, its
+CRC32C checked again over that copy); those copies
 are the ones the restore holds anyway before it assigns, so reading them
 early adds no memory, and it is skipped where the checkpoint would take
 more than half the memory available. A cancelled fetch waits for the
@@ -35,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from colab_resume import procfs
-from colab_resume.checkpoint.arrays import SUFFIX, is_array_checkpoint, read_arrays
+from colab_resume.checkpoint import formats
 from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
@@ -153,9 +155,9 @@ class ShardFetch:
         self.manifest = manifest
         self.directory = directory
         self.waited = 0.0  # seconds the reader spent blocked on a file
-        names = [f.name for f in manifest.files]
+        state_format = formats.of_manifest(manifest)
         available = memory_available()
-        read_early = is_array_checkpoint(names) and (
+        read_early = state_format.reads_while_arriving and (
             available is not None
             and manifest.total_bytes <= EARLY_READ_SHARE * available
         )
@@ -188,17 +190,16 @@ class ShardFetch:
         self._reader = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="colab-resume-early-read"
         )
-        self._reads: dict[str, concurrent.futures.Future[dict[str, Any]]] = {}
+        self._reads: dict[str, concurrent.futures.Future[Any]] = {}
         if read_early:
 
-            def read(item: FileEntry) -> dict[str, Any]:
+            def read(item: FileEntry) -> Any:
                 self._futures[item.name].result()
                 local = os.path.join(directory, item.name)
-                return read_arrays(local, tensors=listed, entry=item)
+                return state_format.read_file(local, item, listed)
 
             for item in manifest.files:
-                if item.name.endswith(SUFFIX):
-                    self._reads[item.name] = self._reader.submit(read, item)
+                self._reads[item.name] = self._reader.submit(read, item)
 
     @property
     def prefix(self) -> str:

@@ -11,8 +11,8 @@ same order, though Keras may give them new auto-generated names
 match, names are only reported (:mod:`colab_resume.checkpoint.structure`).
 
 Both checkpoint formats start here: the portable one
-(:mod:`colab_resume.checkpoint.arrays`) and TensorFlow's own
-(:mod:`colab_resume.checkpoint.state`). What only a framework knows (its
+(:mod:`colab_resume.checkpoint.formats.portable`) and TensorFlow's own
+(:mod:`colab_resume.checkpoint.formats.tensorflow`). What only a framework knows (its
 own variable and random-generator types, its distribution scope) is asked
 of the current backend; this module imports none.
 """

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume import backend, defaults
+from colab_resume import defaults
 from colab_resume.checkpoint import formats, retention, transfer
 from colab_resume.checkpoint.fetch import ArrivalWait, Prefetch
 from colab_resume.checkpoint.groups import StateLike
@@ -130,8 +130,8 @@ class CheckpointConfig:
             fail("io_device", "a device name such as '/job:localhost' or None")
         if not _is_int(self.shard_bytes) or self.shard_bytes < (1 << 20):
             fail("shard_bytes", "an int >= 1 MiB")
-        if self.format not in formats.FORMATS:
-            fail("format", " or ".join(repr(f) for f in formats.FORMATS))
+        if self.format not in formats.REGISTRY:
+            fail("format", " or ".join(repr(f) for f in formats.REGISTRY))
         if not _is_int(self.workers) or self.workers < 1:
             fail("workers", "an int >= 1")
         if (
@@ -190,7 +190,8 @@ class CheckpointManager:
         self._events = events
         self._clock = clock
         self._uploader = Uploader(self._report_failure)
-        self._state: formats.StateFiles | None = None
+        self._state: formats.StateWriter | None = None
+        self._state_format = formats.PORTABLE  # the format _state writes
         self._format_warned: str | None = None
         self._owned_staging = self.config.staging_dir is None
         self._staging_root = self.config.staging_dir or tempfile.mkdtemp(
@@ -258,7 +259,7 @@ class CheckpointManager:
         started = self._clock()
         if self.process is None or self.process.commits:
             # Replicated state is written once, by the process that commits.
-            training_state.write(os.path.join(staging, PREFIX), self._tf_options())
+            training_state.write(os.path.join(staging, PREFIX))
         self.last_blocking_seconds = self._clock() - started
         wall_time = time.time()
 
@@ -313,7 +314,14 @@ class CheckpointManager:
         )
         self.check()
 
-    def _training_state(self, state: StateLike) -> formats.StateFiles:
+    def _settings(self) -> formats.FormatSettings:
+        return formats.FormatSettings(
+            shard_bytes=self.config.shard_bytes,
+            write_behind=self.config.async_write,
+            io_device=self.config.io_device,
+        )
+
+    def _training_state(self, state: StateLike) -> formats.StateWriter:
         # Reuse across saves: rebuilding the tf.train.Checkpoint every time
         # would also restart TF's async writer thread. Captured again only
         # when its variables changed (optimizer slots after a first step, a
@@ -323,25 +331,17 @@ class CheckpointManager:
             or self._state.source is not state
             or self._state.outdated()
         ):
-            self._state, why = formats.for_saving(
-                state,
-                format=self.config.format,
-                shard_bytes=self.config.shard_bytes,
-                write_behind=self.config.async_write,
+            self._state, self._state_format, why = formats.for_saving(
+                state, format=self.config.format, settings=self._settings()
             )
             if why is not None and why != self._format_warned:
                 self._format_warned = why
                 self._events.emit("checkpoint.format", why, level="warning")
         return self._state
 
-    def _tf_options(self) -> Any:
-        return backend.current().save_options(
-            self.config.io_device, self.config.async_write, self.config.shard_bytes
-        )
-
     def _upload_and_commit(
         self,
-        training_state: formats.StateFiles,
+        training_state: formats.StateWriter,
         name: CheckpointName,
         staging: str,
         epoch: int,
@@ -378,6 +378,7 @@ class CheckpointManager:
             wall_time=wall_time,
             files=entries,
             prefix=PREFIX,
+            state_format=self._state_format,
             structure=training_state.structure,
             metrics=metrics,
             extras=extras,
@@ -515,7 +516,6 @@ class CheckpointManager:
         """
         try:
             training_state = self._training_state(state)
-            options = backend.current().restore_options(self.config.io_device)
         except BaseException:
             if prefetch is not None:
                 prefetch.close()
@@ -524,12 +524,11 @@ class CheckpointManager:
         def read(
             prefix: str, manifest: Manifest, arrived: ArrivalWait
         ) -> tuple[str, ...]:
-            files = [f.name for f in manifest.files]
-            reader = formats.for_reading(state, training_state, files)
+            reader = formats.for_reading(
+                state, manifest, self._settings(), training_state
+            )
             return tuple(
-                reader.restore(
-                    prefix, manifest.structure, options, manifest.files, arrived
-                )
+                reader.restore(prefix, manifest.structure, manifest.files, arrived)
             )
 
         info = restore_latest(

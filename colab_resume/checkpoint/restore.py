@@ -126,7 +126,7 @@ def keras_epoch(step: int, steps_per_epoch: int | None) -> str:
     return f" (epoch {index + 1}, after {done} of its {steps_per_epoch} steps)"
 
 
-# Variables are what TrainingState.nbytes counts; opaque state (iterators,
+# Variables are what a StateWriter.nbytes counts; opaque state (iterators,
 # RNGs) and optimizer slots not yet built come on top. A manifest listing
 # more than this was not written for the state being restored.
 STATE_SIZE_FACTOR = 4
@@ -137,7 +137,7 @@ def size_bound(structure: dict[str, Any]) -> int:
     """Most bytes a checkpoint of the live state ``structure`` may list.
 
     Args:
-        structure: ``TrainingState.structure``: ``{group: [[name, shape,
+        structure: ``StateWriter.structure``: ``{group: [[name, shape,
             dtype], ...]}``, or a string for an opaque trackable.
     """
     import numpy as np

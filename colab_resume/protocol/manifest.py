@@ -86,7 +86,11 @@ class Manifest:
         files: every file of the checkpoint.
         prefix: checkpoint prefix (the file names without their suffix:
             TensorFlow's ``.index`` / ``.data-...``, or ``.safetensors`` for
-            the JAX backend's host arrays).
+            the portable format's host arrays).
+        state_format: the format the state's files are in, as the
+            checkpoint-format registry names it (``"portable"``,
+            ``"tensorflow"``); None in manifests written before formats had
+            names (their files tell).
         structure: variable groups, ``{group: [[name, shape, dtype], ...]}``
             plus ``{group: "object:<type>"}`` for opaque trackables.
         metrics: JSON-able metrics at the save.
@@ -103,6 +107,7 @@ class Manifest:
     wall_time: float
     files: tuple[FileEntry, ...]
     prefix: str = "ckpt"
+    state_format: str | None = None
     structure: dict[str, Any] = dataclasses.field(default_factory=dict)
     metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -130,17 +135,8 @@ class Manifest:
         # TensorFlow: an absolute path or '..' would read any checkpoint on
         # the local disk instead of the files just verified.
         _check_plain_name("Manifest.prefix", self.prefix)
-        # TensorFlow's format has <prefix>.index; the portable one safetensors
-        # shards, <prefix>.safetensors or <prefix>.<i>-of-<n>.safetensors.
-        if f"{self.prefix}.index" not in names and not any(
-            n.startswith(f"{self.prefix}.") and n.endswith(".safetensors")
-            for n in names
-        ):
-            raise ValueError(
-                f"Manifest.prefix {self.prefix!r} names no listed file: neither "
-                f"{self.prefix}.index nor {self.prefix}.*safetensors is among "
-                f"{sorted(names)}."
-            )
+        if self.state_format is not None:
+            _check_plain_name("Manifest.state_format", self.state_format)
         strays = [n for n in names if not n.startswith(f"{self.prefix}.")]
         if strays:
             raise ValueError(
@@ -183,6 +179,8 @@ class Manifest:
         value["files"] = [dataclasses.asdict(entry) for entry in self.files]
         value["markers"] = [dataclasses.asdict(entry) for entry in self.markers]
         value["format"] = FORMAT
+        if self.state_format is None:
+            del value["state_format"]
         return value
 
     @classmethod
@@ -210,6 +208,7 @@ class Manifest:
                 wall_time=value["wall_time"],
                 files=files,
                 prefix=value.get("prefix", "ckpt"),
+                state_format=value.get("state_format"),
                 structure=value.get("structure", {}),
                 metrics=value.get("metrics", {}),
                 extras=value.get("extras", {}),

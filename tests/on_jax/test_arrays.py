@@ -7,7 +7,7 @@ import os
 import ml_dtypes
 import numpy as np
 
-from colab_resume.checkpoint.arrays import read_arrays, write_arrays
+from colab_resume.checkpoint.formats.portable import read_arrays, write_arrays
 
 
 def test_dtypes_and_scalars_round_trip(tmp_path: os.PathLike[str]) -> None:
@@ -36,8 +36,8 @@ def test_array_state_restores_a_bfloat16_model_by_position(
     import keras
     import pytest
 
-    from colab_resume.checkpoint.arrays import ArrayState
     from colab_resume.checkpoint.errors import StructureMismatchError
+    from colab_resume.checkpoint.formats.portable import ArrayState
 
     def build(units: int = 3) -> keras.Model:
         model = keras.Sequential(
@@ -81,7 +81,7 @@ def test_signed_seed_state_restores_into_the_unsigned_jax_variable(
     import keras
     from support.checkpoints import as_other_backend_wrote, seed_position
 
-    from colab_resume.checkpoint.arrays import ArrayState
+    from colab_resume.checkpoint.formats.portable import ArrayState
 
     seed = np.array([3_000_000_000, 9], dtype="int64")  # above int32's range
     prefix, structure = as_other_backend_wrote(
@@ -98,8 +98,8 @@ def test_a_negative_seed_value_is_refused_by_name(tmp_path: os.PathLike[str]) ->
     import pytest
     from support.checkpoints import as_other_backend_wrote
 
-    from colab_resume.checkpoint.arrays import ArrayState
     from colab_resume.checkpoint.errors import StructureMismatchError
+    from colab_resume.checkpoint.formats.portable import ArrayState
 
     seed = np.array([-1, 0], dtype="int64")
     prefix, structure = as_other_backend_wrote(

@@ -84,7 +84,7 @@ def test_killed_and_rerun_is_bitwise_equal(
 
 
 def test_checkpoints_are_safetensors_host_arrays(straight_run: str) -> None:
-    from colab_resume.checkpoint.arrays import read_arrays
+    from colab_resume.checkpoint.formats.portable import read_arrays
 
     run, out = os.path.join(straight_run, "run"), os.path.join(straight_run, "out")
     final = os.path.join(run, "checkpoints", "step-000000014.e00000001")

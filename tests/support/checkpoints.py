@@ -38,7 +38,11 @@ def as_other_backend_wrote(
     """
     import os
 
-    from colab_resume.checkpoint.arrays import ArrayState, read_shards, write_shards
+    from colab_resume.checkpoint.formats.portable import (
+        ArrayState,
+        read_shards,
+        write_shards,
+    )
 
     state = ArrayState(model)
     prefix = os.path.join(directory, "ckpt")

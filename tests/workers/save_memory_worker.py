@@ -29,7 +29,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 from colab_resume.checkpoint import CheckpointManager  # noqa: E402
-from colab_resume.checkpoint.arrays import ArrayState  # noqa: E402
+from colab_resume.checkpoint.formats.portable import ArrayState  # noqa: E402
 from colab_resume.events import EventLog  # noqa: E402
 from colab_resume.storage import Storage  # noqa: E402
 

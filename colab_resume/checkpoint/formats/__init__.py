@@ -1,138 +1,141 @@
-"""The checkpoint formats behind one protocol, and which one writes or reads.
+"""Checkpoint formats: one protocol, a registry by name, the name in each manifest.
 
-Two formats exist. The *portable* one (:mod:`colab_resume.checkpoint.arrays`,
-safetensors shards of host arrays) is written by both backends and read by
-both: a run moves between TensorFlow and JAX, replica counts and precision
-policies. TensorFlow's own ``tf.train.Checkpoint`` format
-(:class:`~colab_resume.checkpoint.state.TrainingState`) is written only
-where a state group is an opaque TensorFlow trackable that is not made of
-variables, or where ``checkpoint_format="tensorflow"`` asks for it; the
-TensorFlow backend keeps reading checkpoints written in it by earlier
-versions. Which format a checkpoint is in is told by its files.
+Two formats exist. The *portable* one (:mod:`.portable`, safetensors shards
+of host arrays) is written by both backends and read by both: a run moves
+between TensorFlow and JAX, replica counts and precision policies.
+TensorFlow's own ``tf.train.Checkpoint`` format (:mod:`.tensorflow`) is
+written only where a state group is an opaque TensorFlow trackable that is
+not made of variables, or where ``checkpoint_format="tensorflow"`` asks
+for it; the TensorFlow backend keeps reading checkpoints earlier versions
+wrote in it.
+
+Each manifest names the format its state is in (``state_format``); the
+registry maps the name to the module that implements it, as an import
+string, so that asking for one format imports no other (and reading the
+registry imports none). A manifest written before formats had names is
+told by its files, in :func:`sniff` alone. A third format is a module with
+a ``FORMAT`` (:class:`~.base.Format`) and a line in :data:`REGISTRY`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+import importlib
+from collections.abc import Iterable
 
 from colab_resume import backend
-from colab_resume.checkpoint.arrays import (
-    ArrayState,
-    NotPortableError,
-    is_array_checkpoint,
-)
 from colab_resume.checkpoint.errors import StructureMismatchError
+from colab_resume.checkpoint.formats.base import (
+    Format,
+    FormatSettings,
+    StateReader,
+    StateWriter,
+)
 from colab_resume.checkpoint.groups import StateLike
-from colab_resume.checkpoint.state import TrainingState
-from colab_resume.protocol.manifest import FileEntry
+from colab_resume.protocol.manifest import Manifest
+
+__all__ = [
+    "PORTABLE",
+    "REGISTRY",
+    "TENSORFLOW",
+    "Format",
+    "FormatSettings",
+    "StateReader",
+    "StateWriter",
+    "for_reading",
+    "for_saving",
+    "named",
+    "of_manifest",
+    "sniff",
+]
 
 PORTABLE = "portable"
 TENSORFLOW = "tensorflow"
-FORMATS = (PORTABLE, TENSORFLOW)
+# name -> "module:attribute" of its Format.
+REGISTRY = {
+    PORTABLE: "colab_resume.checkpoint.formats.portable:FORMAT",
+    TENSORFLOW: "colab_resume.checkpoint.formats.tensorflow:FORMAT",
+}
 
 
-class StateFiles(Protocol):
-    """One training state as checkpoint files in one format.
+def named(name: str) -> Format:
+    """The format registered as ``name``.
 
-    Made once per state and reused across saves until :meth:`outdated`; the
-    manager writes through it, the restore reads through it. Implemented by
-    :class:`~colab_resume.checkpoint.arrays.ArrayState` (portable) and
-    :class:`~colab_resume.checkpoint.state.TrainingState` (TensorFlow's).
-
-    Attributes:
-        source: the state it lists (a model, a model with extras, a mapping).
-        structure: group -> ``[name, shape, dtype]`` per variable (or
-            ``"object:<type>"`` for an opaque trackable), as the manifest
-            records it.
+    Raises:
+        StructureMismatchError: no format of that name (a checkpoint from a
+            newer version, or a damaged manifest).
     """
+    where = REGISTRY.get(name)
+    if where is None:
+        raise StructureMismatchError(
+            f"the checkpoint's state is in format {name!r}, which this version "
+            f"does not know (it knows {', '.join(sorted(REGISTRY))}); upgrade "
+            f"colab-resume to continue this run."
+        )
+    module, _, attribute = where.partition(":")
+    fmt: Format = getattr(importlib.import_module(module), attribute)
+    return fmt
 
-    source: StateLike
-    structure: dict[str, Any]
 
-    def outdated(self) -> bool:
-        """True once the state's variables are not the ones listed."""
-        ...
+def sniff(file_names: Iterable[str]) -> str:
+    """The format of a checkpoint whose manifest names none (written before
+    formats had names): safetensors shards are the portable format's, any
+    other files TensorFlow's."""
+    names = [str(name) for name in file_names]
+    return PORTABLE if any(n.endswith(".safetensors") for n in names) else TENSORFLOW
 
-    @property
-    def nbytes(self) -> int:
-        """Approximate bytes of the variables."""
-        ...
 
-    def write(self, prefix: str, options: Any) -> None:
-        """Take what a save needs now (the training thread waits for this)."""
-        ...
-
-    def sync(self) -> None:
-        """Finish the files on local disk (the upload thread calls this)."""
-        ...
-
-    def restore(
-        self,
-        prefix: str,
-        saved: dict[str, Any],
-        options: Any,
-        files: Sequence[FileEntry] | None = None,
-        arrived: Callable[[str], dict[str, Any] | None] | None = None,
-    ) -> list[str]:
-        """Read the files at ``prefix`` into the live variables; the optional
-        groups skipped because they did not fit.
-
-        ``arrived(name)``, where given, blocks until file ``name`` of
-        ``files`` is on local disk and verified (the others may still be
-        downloading); it is called for every file before anything is
-        assigned."""
-        ...
+def of_manifest(manifest: Manifest) -> Format:
+    """The format ``manifest``'s checkpoint is in (see :func:`named`)."""
+    name = manifest.state_format or sniff(f.name for f in manifest.files)
+    return named(name)
 
 
 def for_saving(
-    state: StateLike, *, format: str, shard_bytes: int, write_behind: bool
-) -> tuple[StateFiles, str | None]:
+    state: StateLike, *, format: str, settings: FormatSettings
+) -> tuple[StateWriter, str, str | None]:
     """The writer of ``state``'s checkpoints.
 
     Returns:
-        The writer, and why it is not the portable one (None when it is).
+        The writer, its format's name, and why it is not the format asked
+        for (None when it is).
 
     Raises:
         NotPortableError: on JAX, a group is not made of variables.
     """
+    from colab_resume.checkpoint.formats.portable import NotPortableError
+
     only_portable = backend.current().portable_only
-    portable = only_portable or format == PORTABLE
-    if portable:
-        try:
-            return ArrayState(
-                state, shard_bytes=shard_bytes, write_behind=write_behind
-            ), None
-        except NotPortableError as exc:
-            if only_portable:
-                raise
-            why = (
-                f"{exc} This run's checkpoints use TensorFlow's own format: "
-                f"only the TensorFlow backend can continue it."
-            )
-            return TrainingState(state), why
-    return TrainingState(state), None
+    if not (only_portable or format == PORTABLE):
+        return named(format).writer(state, settings), format, None
+    try:
+        return named(PORTABLE).writer(state, settings), PORTABLE, None
+    except NotPortableError as exc:
+        if only_portable:
+            raise
+        why = (
+            f"{exc} This run's checkpoints use TensorFlow's own format: "
+            f"only the TensorFlow backend can continue it."
+        )
+        return named(TENSORFLOW).writer(state, settings), TENSORFLOW, why
 
 
 def for_reading(
-    state: StateLike, writer: StateFiles | None, file_names: list[str]
-) -> StateFiles:
-    """The reader of a checkpoint made of ``file_names``, reusing ``writer``.
+    state: StateLike,
+    manifest: Manifest,
+    settings: FormatSettings,
+    writer: StateWriter | None = None,
+) -> StateReader:
+    """The reader of ``manifest``'s checkpoint into ``state``, reusing
+    ``writer`` where it is of the same format.
 
     Raises:
         StructureMismatchError: the checkpoint's format cannot be read into
             this state on this backend.
     """
-    if is_array_checkpoint(file_names):
-        if isinstance(writer, ArrayState):
-            return writer
-        try:
-            return ArrayState(state)
-        except NotPortableError as exc:
-            raise StructureMismatchError(
-                f"The checkpoint holds host arrays, but {exc}"
-            ) from None
-    if backend.current().portable_only:
+    from colab_resume.checkpoint.formats.portable import NotPortableError
+
+    fmt = of_manifest(manifest)
+    if fmt.name != PORTABLE and backend.current().portable_only:
         raise StructureMismatchError(
             "This checkpoint is in TensorFlow's own format (written by a "
             "TensorFlow session with an opaque trackable in its state, by "
@@ -140,10 +143,9 @@ def for_reading(
             "JAX backend reads only portable checkpoints. Continue this run "
             "with KERAS_BACKEND=tensorflow, or start a new run_dir."
         )
-    if isinstance(writer, TrainingState):
-        return writer
-    return TrainingState(state)
-
-
-def describe_format(writer: Any) -> str:
-    return PORTABLE if isinstance(writer, ArrayState) else TENSORFLOW
+    try:
+        return fmt.reader(state, settings, writer)
+    except NotPortableError as exc:
+        raise StructureMismatchError(
+            f"The checkpoint holds host arrays, but {exc}"
+        ) from None

@@ -4,16 +4,21 @@ Written only where a group is an opaque TensorFlow trackable that is not
 made of variables, or where ``checkpoint_format="tensorflow"`` asks for it;
 read for checkpoints earlier versions wrote in it. The groups themselves
 are :mod:`colab_resume.checkpoint.groups`'; the portable format is
-:mod:`colab_resume.checkpoint.arrays`.
+:mod:`colab_resume.checkpoint.formats.portable`. Its options (an I/O
+device for a remote TPU, TensorFlow's async write, its shard size) are
+made here: nothing else of the checkpoint code knows them.
 
-TensorFlow is imported lazily: importing the package must not pay for it.
+The one module of ``checkpoint/`` that imports TensorFlow, lazily:
+importing the package must not pay for it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from colab_resume.checkpoint.formats.base import FormatSettings
 from colab_resume.checkpoint.groups import (
     StateLike,
     build_pending_optimizers,
@@ -32,16 +37,50 @@ def _tf_variable(variable: Any) -> Any:
     return tf_variable(variable)
 
 
+def save_options(io_device: str | None, async_write: bool, shard_bytes: int) -> Any:
+    """``tf.train.CheckpointOptions`` for a write."""
+    import tensorflow as tf
+
+    kwargs: dict[str, Any] = {"experimental_io_device": io_device}
+    if async_write:
+        kwargs["experimental_enable_async_checkpoint"] = True
+    policy = getattr(tf.train.experimental, "MaxShardSizePolicy", None)
+    if policy is not None:
+        kwargs["experimental_sharding_callback"] = policy(max_shard_size=shard_bytes)
+    return tf.train.CheckpointOptions(**kwargs)
+
+
+def restore_options(io_device: str | None) -> Any:
+    """``tf.train.CheckpointOptions`` for a read."""
+    import tensorflow as tf
+
+    return tf.train.CheckpointOptions(experimental_io_device=io_device)
+
+
 class TrainingState:
     """The trackables of one training setup, ready to write or read.
 
     Args:
         state: a ``keras.Model`` (with its optimizer and metrics) or a mapping
             of name to trackable.
+        io_device: ``experimental_io_device`` (a remote TPU's host reads and
+            writes the files), or None.
+        write_behind: TensorFlow's async checkpointing (the write finishes
+            in :meth:`sync`).
+        shard_bytes: TensorFlow's largest data file, where it can bound it.
     """
 
-    def __init__(self, state: StateLike) -> None:
+    def __init__(
+        self,
+        state: StateLike,
+        *,
+        io_device: str | None = None,
+        write_behind: bool = False,
+        shard_bytes: int = 32 << 20,
+    ) -> None:
         self.source = state
+        self.io_device = io_device
+        self._write_options = (io_device, write_behind, shard_bytes)
         self._setup()
 
     def _setup(self) -> None:
@@ -89,9 +128,9 @@ class TrainingState:
                     total += int(v.shape.num_elements() or 0) * v.dtype.size
         return total
 
-    def write(self, prefix: str, options: Any) -> None:
+    def write(self, prefix: str) -> None:
         """Write the checkpoint files ``prefix.index`` / ``prefix.data-*``."""
-        self.checkpoint.write(prefix, options=options)
+        self.checkpoint.write(prefix, options=save_options(*self._write_options))
 
     def sync(self) -> None:
         """Wait for an asynchronous write to reach the local disk."""
@@ -103,7 +142,6 @@ class TrainingState:
         self,
         prefix: str,
         saved: dict[str, Any],
-        options: Any,
         files: Sequence[Any] | None = None,
         arrived: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> list[str]:
@@ -112,7 +150,6 @@ class TrainingState:
         Args:
             prefix: local checkpoint prefix.
             saved: the structure recorded in the manifest.
-            options: ``tf.train.CheckpointOptions``.
             files: the manifest's file entries; unused: TensorFlow's reader
                 checks each tensor against the CRC32C its index records.
             arrived: blocks until a file of ``files`` is on local disk and
@@ -140,7 +177,37 @@ class TrainingState:
         if arrived is not None:
             for entry in files or ():
                 arrived(entry.name)
-        status = reader.read(prefix, options=options)
+        status = reader.read(prefix, options=restore_options(self.io_device))
         status.expect_partial()
         status.assert_existing_objects_matched()
         return skipped
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorFlowFormat:
+    """See :class:`colab_resume.checkpoint.formats.Format`."""
+
+    name: str = "tensorflow"
+    # TensorFlow reads its files as one: after every one has arrived.
+    reads_while_arriving: bool = False
+
+    def writer(self, state: StateLike, settings: FormatSettings) -> TrainingState:
+        return TrainingState(
+            state,
+            io_device=settings.io_device,
+            write_behind=settings.write_behind,
+            shard_bytes=settings.shard_bytes,
+        )
+
+    def reader(
+        self, state: StateLike, settings: FormatSettings, writer: Any = None
+    ) -> TrainingState:
+        if isinstance(writer, TrainingState):
+            return writer
+        return TrainingState(state, io_device=settings.io_device)
+
+    def read_file(self, path: str, entry: Any, tensors: int) -> Any:
+        return None
+
+
+FORMAT = TensorFlowFormat()

@@ -1,6 +1,6 @@
 """Writing one safetensors file from host arrays, with no copy of the tensors.
 
-The layout is the one :mod:`~colab_resume.checkpoint.shard_file` reads (and
+The layout is the one :mod:`.shard_file` reads (and
 the safetensors project documents): the header's length as 8 little-endian
 bytes, the JSON header padded with spaces to a multiple of 8 bytes, then
 each tensor's raw bytes, back to back in the header's order.
