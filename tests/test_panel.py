@@ -130,7 +130,7 @@ class FakeClock:
 def test_tick_is_rate_limited_by_wall_clock(tmp_path):
     agent = cr.Agent(str(tmp_path / "run"))
     clock = FakeClock()
-    telemetry = ProgressTracker(agent._loop, clock=clock)  # internal: the tick
+    telemetry = ProgressTracker(agent.events, agent._controls, clock=clock)
     calls = []
     telemetry.listeners.append(lambda: calls.append(clock.now))
     for _ in range(1000):
@@ -145,7 +145,8 @@ def test_tick_is_rate_limited_by_wall_clock(tmp_path):
 
 
 def test_a_tick_that_is_not_due_is_cheap(tmp_path):
-    telemetry = ProgressTracker(cr.Agent(str(tmp_path / "run"))._loop)
+    agent = cr.Agent(str(tmp_path / "run"))
+    telemetry = ProgressTracker(agent.events, agent._controls)
     telemetry.tick()
     started = time.perf_counter()
     for _ in range(100_000):
@@ -201,10 +202,9 @@ def test_panel_follows_a_session(tmp_path):
     agent = cr.Agent(str(tmp_path / "run"))
     panel = agent.panel()
     # Internal: what taking the run does, without training.
-    session = agent._loop.session = RunSession.open(
-        agent._storage, SessionOptions(), events=agent.events
-    )
+    session = RunSession.open(agent._storage, SessionOptions(), events=agent.events)
     telemetry = agent._loop.progress
+    telemetry.took_run(agent._storage, session, None)  # what taking the run pushes
     try:
         telemetry.session_started(total_steps=100, steps_per_epoch=10)
         session.update(state="training", step=0)

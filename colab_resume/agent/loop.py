@@ -134,7 +134,7 @@ class RunLoop:
         # This process's part in a multi-process run (None: the only one).
         self.multihost: MultiHost | None = None
         # History samples and panel refreshes, once a second from the loop.
-        self.progress = ProgressTracker(self)
+        self.progress = ProgressTracker(events, controls)
 
     # --- what the Agent sees: this narrow API, never the fields ----------------------
 
@@ -250,7 +250,12 @@ class RunLoop:
             began = time.monotonic()
             self.accelerator.connect()
             self._connect_seconds += time.monotonic() - began
+            self.progress.connected(self._label())
         return self.accelerator.strategy
+
+    def _label(self) -> str | None:
+        connection = self.connection
+        return connection.label if connection else None
 
     @property
     def connection(self) -> Connection | None:
@@ -319,6 +324,7 @@ class RunLoop:
         # Only the leading process's session is the run's (history, panel, status).
         self.session = session if processes.leads else None
         self.checkpoints = manager
+        self.progress.took_run(self.storage, self.session, manager)
         return session, manager
 
     @property
@@ -382,6 +388,7 @@ class RunLoop:
             step training starts at.
         """
         self.duties = None  # they save the state this build replaces
+        self.progress.training(None, None)
         # The newest checkpoint downloads while the model builds; a build
         # that raises (or a Ctrl-C in it) cancels it and deletes its files.
         prefetch = manager.prefetch() if PREFETCH and strategy is not None else None
@@ -438,6 +445,7 @@ class RunLoop:
             manager.check()
         self.sleep(self._recovery_backoff.backoff(self._recoveries))
         self.accelerator.reconnect()
+        self.progress.connected(self._label())
         self.events.emit(
             "recovery.reconnected",
             "reconnected; rebuilding in a fresh strategy scope and restoring",
@@ -481,6 +489,7 @@ class RunLoop:
             clock=StepClock(self.timings),
         )
         duties.step = start
+        self.progress.training(start, driver.metrics)
         return duties
 
     def _cadence(

@@ -1,12 +1,19 @@
 """The agent's once-a-second tick, and the progress it exposes.
 
 :meth:`ProgressTracker.tick` is called by the training loop after every
-step (``StepDuties.tick``). It costs one clock read and a comparison until
-a second has passed by wall clock; then it samples the metrics for the
+step (``StepDuties.tick``), with the step. It costs one clock read and a
+comparison until a second has passed by wall clock; then it samples the metrics for the
 run's history, writes a history chunk when one is due (in the background)
 and tells its listeners — a displayed panel refreshes itself and handles
 the kernel's pending widget messages (button clicks) there, on the training
 loop's own thread, the only one whose widget updates Colab renders.
+
+The loop pushes what the tracker knows (as orbit's controller calls its
+actions): the run it took (:meth:`ProgressTracker.took_run`), the
+accelerator it connected to (:meth:`~ProgressTracker.connected`), the
+training it started (:meth:`~ProgressTracker.training`) and each step
+(:meth:`~ProgressTracker.tick`). The tracker never reads the loop's fields,
+so they are not a surface anything else depends on.
 
 :class:`Progress` is the public, read-only snapshot of where the agent
 stands (``agent.progress()``); the panel draws it, and nothing here knows
@@ -22,13 +29,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from colab_resume.events import Event
+from colab_resume.events import Event, EventLog
 from colab_resume.report.history import HistoryRecorder
 
-# Annotations only, never imported at run time: the two modules name
-# each other's types without an import cycle.
 if TYPE_CHECKING:
-    from colab_resume.agent.loop import RunLoop
+    from colab_resume.agent.controls import Controls
+    from colab_resume.checkpoint import CheckpointManager
+    from colab_resume.heartbeat import RunSession
+    from colab_resume.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +100,8 @@ class ProgressTracker:
     """See the module docstring.
 
     Args:
-        loop: the outer loop observed (read only; never driven from here).
+        events: the agent's event log (read; the recorder keeps them).
+        controls: the agent's flags (whether a pause was asked).
         interval: seconds between due ticks.
         clock: monotonic clock, injectable for tests.
         wall: wall clock, injectable for tests.
@@ -100,18 +109,20 @@ class ProgressTracker:
 
     def __init__(
         self,
-        loop: RunLoop,
+        events: EventLog,
+        controls: Controls,
         *,
         interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        self.loop = loop
+        self.events = events
+        self.controls = controls
         self.interval = interval
         self._clock = clock
         self._wall = wall
         self._next = 0.0
-        self.recorder = HistoryRecorder(loop.events, monotonic=clock, clock=wall)
+        self.recorder = HistoryRecorder(events, monotonic=clock, clock=wall)
         self.listeners: list[Callable[[], None]] = []  # e.g. a panel's refresh
         self.due_ticks = 0
         self.total_steps: int | None = None
@@ -123,12 +134,44 @@ class ProgressTracker:
         self._committed: tuple[int, float, int] | None = None  # step, time, bytes
         self._waiting: tuple[float, float] | None = None  # (seconds left, at)
         self._owner = threading.current_thread()
-        loop.events.subscribe(self._on_event)
+        # What the loop pushed (see the module docstring).
+        self._storage: Storage | None = None
+        self._session: RunSession | None = None
+        self._checkpoints: CheckpointManager | None = None
+        self._accelerator: str | None = None
+        self._step: int | None = None
+        self._metrics: Callable[[], dict[str, float]] | None = None
+        events.subscribe(self._on_event)
+
+    # --- what the loop pushes -------------------------------------------------------
+
+    def took_run(
+        self,
+        storage: Storage,
+        session: RunSession | None,
+        checkpoints: CheckpointManager | None,
+    ) -> None:
+        """The loop took the run: its session (None on a process that does
+        not lead a multi-process run) and checkpoints."""
+        self._storage, self._session, self._checkpoints = storage, session, checkpoints
+
+    def connected(self, accelerator: str | None) -> None:
+        """The loop connected (or reconnected) to ``accelerator`` (its label)."""
+        self._accelerator = accelerator
+
+    def training(
+        self, step: int | None, metrics: Callable[[], dict[str, float]] | None
+    ) -> None:
+        """Training starts at ``step`` with ``metrics`` to sample; None, None:
+        the state trained so far is being replaced (a rebuild)."""
+        self._step, self._metrics = step, metrics
 
     # --- the tick -----------------------------------------------------------------
 
-    def tick(self) -> None:
-        """After every step: cheap unless a second has passed."""
+    def tick(self, step: int | None = None) -> None:
+        """After every ``step``: cheap unless a second has passed."""
+        if step is not None:
+            self._step = step
         now = self._clock()
         if now < self._next:
             return
@@ -142,9 +185,8 @@ class ProgressTracker:
 
     def _due(self, now: float) -> None:
         self.due_ticks += 1
-        duties = self.loop.duties
-        if duties is not None:
-            step = duties.step
+        step, metrics = self._step, self._metrics
+        if step is not None and metrics is not None:
             if self._rate is not None and step > self._rate[0] and now > self._rate[1]:
                 rate = (step - self._rate[0]) / (now - self._rate[1])
                 old = self.steps_per_second
@@ -152,7 +194,7 @@ class ProgressTracker:
             if self._rate is None or step != self._rate[0]:
                 self._rate = (step, now)
                 try:
-                    self.recorder.sample(step, duties.metrics())
+                    self.recorder.sample(step, metrics())
                 except Exception:  # a metric we cannot read must not stop training
                     log.debug("telemetry: no metrics this tick", exc_info=True)
         self.recorder.maybe_flush()
@@ -168,9 +210,9 @@ class ProgressTracker:
         self, total_steps: int | None = None, steps_per_epoch: int | None = None
     ) -> None:
         """The agent took the run (lease known) and will train to ``total_steps``."""
-        session = self.loop.session
-        if session is not None:
-            self.recorder.start(self.loop.storage, session.lease, session.session_id)
+        session = self._session
+        if session is not None and self._storage is not None:
+            self.recorder.start(self._storage, session.lease, session.session_id)
         self.total_steps = total_steps
         self.steps_per_epoch = steps_per_epoch
         self._waiting = None
@@ -234,9 +276,8 @@ class ProgressTracker:
 
     def snapshot(self) -> Progress:
         """What is known about the agent now."""
-        loop, now = self.loop, self._wall()
-        session, manager, duties = loop.session, loop.checkpoints, loop.duties
-        connection = loop.connection
+        now = self._wall()
+        session, manager, step = self._session, self._checkpoints, self._step
         state = self._state()
         heartbeat_age, failures, interval = None, 0, None
         if session is not None:
@@ -265,10 +306,10 @@ class ProgressTracker:
             state=state,
             now=now,
             waiting_left_s=waiting_left,
-            accelerator=connection.label if connection else None,
-            step=duties.step if duties else None,
+            accelerator=self._accelerator,
+            step=step,
             total_steps=self.total_steps,
-            epoch=self._epoch(duties.step if duties is not None else None),
+            epoch=self._epoch(step),
             steps_per_second=self.steps_per_second if state == "training" else None,
             metrics=dict(latest),
             series=series,
@@ -285,16 +326,16 @@ class ProgressTracker:
             lease=session.lease if session else None,
             session_id=session.session_id if session else None,
             host=session.lease_record.host if session else None,
-            events=tuple(loop.events.recent(60)),
-            pause_requested=loop.controls.paused,
+            events=tuple(self.events.recent(60)),
+            pause_requested=self.controls.paused,
         )
 
     def _state(self) -> str:
-        session = self.loop.session
+        session = self._session
         if session is None:
             if self._waiting is not None:
                 return "waiting"
-            recent = self.loop.events.recent(1)
+            recent = self.events.recent(1)
             if recent and recent[-1].kind == "run.already_completed":
                 return "completed"
             return "starting" if recent else "not started"
@@ -302,6 +343,6 @@ class ProgressTracker:
         if writer.fenced:
             return "fenced"
         state = writer.state
-        if state == "training" and self.loop.controls.paused:
+        if state == "training" and self.controls.paused:
             return "paused"  # asked; the loop pauses at the next step
         return str(state)

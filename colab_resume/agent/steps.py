@@ -63,7 +63,8 @@ class StepDuties:
         events: the run's events.
         snapshot: returns the :class:`~colab_resume.agent.driver.Snapshot` to save.
         metrics: the latest metrics, cheaply (default: the snapshot's).
-        tick: called after each step for the panel (rate-limits itself).
+        tick: called after each step with the step, for the panel
+            (rate-limits itself).
         hooks: called with the step after its duties (``Agent.on_step``).
         runtime: what each checkpoint records of this session's runtime
             (:mod:`colab_resume.agent.runtime_facts`).
@@ -87,7 +88,7 @@ class StepDuties:
         events: EventLog,
         snapshot: Callable[[], Snapshot],
         metrics: Callable[[], dict[str, Any]] | None = None,
-        tick: Callable[[], None] | None = None,
+        tick: Callable[[int], None] | None = None,
         hooks: list[StepHook] | None = None,
         runtime: dict[str, Any] | None = None,
         stop_at: Callable[[int], bool] | None = None,
@@ -102,7 +103,7 @@ class StepDuties:
         self.snapshot = snapshot
         # The tick's metrics, without a snapshot's work (callback state, copies).
         self.metrics = metrics or (lambda: snapshot().metrics)
-        self.tick = tick or (lambda: None)
+        self.tick = tick or (lambda step: None)
         self.hooks = hooks if hooks is not None else []
         self.runtime = runtime
         self.stop_at = stop_at
@@ -152,7 +153,7 @@ class StepDuties:
         reason = self.triggers.due(step)
         if reason is not None:
             self.save(step, reason=reason)
-        self.tick()
+        self.tick(self.step)
         self._call_hooks(step)
         return False
 
@@ -185,7 +186,7 @@ class StepDuties:
                 reason = "agreed"
         if reason is not None:
             self.save(step, reason=reason)
-        self.tick()
+        self.tick(self.step)
         self._call_hooks(step)
         return False
 
@@ -231,7 +232,7 @@ class StepDuties:
         while not self.controls.wait_while_paused(0.5):
             self.session.check()
             self.manager.check()
-            self.tick()
+            self.tick(self.step)
         self.session.update(state="training")
         if self.clock is not None:
             self.clock.held(time.monotonic() - started, "pause")
