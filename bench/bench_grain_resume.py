@@ -4,7 +4,7 @@
 
 One epoch of ``--place`` + 100 batches (a seeded shuffle over indices, a
 random map building each example, a batch of 32), resumed at batch
-``--place`` the three ways the agent can (``colab_resume.data_grain``):
+``--place`` the three ways the agent can (``colab_resume.data.grain``):
 
 - ``MapDataset`` by index (``dataset[place:]``);
 - ``IterDataset`` (read-ahead threads) by ``set_state()`` with the state
@@ -31,7 +31,7 @@ from typing import Any
 import grain
 import numpy as np
 
-from colab_resume.data_grain import GrainPosition
+from colab_resume.data.grain import GrainPosition
 
 BATCH = 32
 FEATURES = 64

@@ -16,7 +16,7 @@ tf = pytest.importorskip("tensorflow", reason="tf.data pipelines")
 import keras  # noqa: E402
 
 import colab_resume as cr  # noqa: E402
-from colab_resume.data_cost import (  # noqa: E402
+from colab_resume.data.cost import (  # noqa: E402
     LARGE_CONSTANT_BYTES,
     RebuildWatch,
     embedded_constant_bytes,
@@ -96,7 +96,7 @@ def test_agent_fit_warns_for_the_slow_pattern_only(
     tmp_path, monkeypatch, make_dataset, warned
 ):
     # The real detection, on an array small enough for the suite.
-    monkeypatch.setattr("colab_resume.data_cost.LARGE_CONSTANT_BYTES", 256 << 10)
+    monkeypatch.setattr("colab_resume.data.cost.LARGE_CONSTANT_BYTES", 256 << 10)
     agent = cr.Agent(str(tmp_path / "run"), save_every_steps=None, prefer="cpu")
     with agent:
         agent.fit(build_model, make_dataset, epochs=2, steps_per_epoch=2, verbose=0)

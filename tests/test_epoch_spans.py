@@ -478,7 +478,7 @@ PIPELINES = {
 
 @pytest.mark.parametrize("name", list(PIPELINES))
 def test_same_every_iteration_is_said_only_where_it_is_known(name, tmp_path):
-    from colab_resume.dataset_graph import same_every_iteration
+    from colab_resume.data.graph import same_every_iteration
 
     # No global seed (other tests set one): with it, an unseeded op takes a
     # seed from it, and "differs" would not show.

@@ -83,3 +83,41 @@ def test_every_allowed_module_still_needs_its_place():
     for relative in ALLOWED:
         source = (PACKAGE / relative).read_text(encoding="utf-8")
         assert framework_imports(source), f"{relative} imports no framework now"
+
+
+# Packages above the data path: they import colab_resume.data, never the
+# other way round.
+ABOVE_DATA = ("colab_resume.agent", "colab_resume.checkpoint")
+
+
+def package_imports(source: str) -> set[str]:
+    """The ``colab_resume`` modules ``source`` imports, anywhere in it."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.startswith("colab_resume")}
+
+
+def test_the_data_package_imports_nothing_above_it():
+    found = {}
+    for path in sorted((PACKAGE / "data").rglob("*.py")):
+        above = {
+            name
+            for name in package_imports(path.read_text(encoding="utf-8"))
+            if any(name == up or name.startswith(up + ".") for up in ABOVE_DATA)
+        }
+        if above:
+            found[path.relative_to(PACKAGE).as_posix()] = above
+    assert found == {}, "colab_resume/data/ imports the agent or the checkpoints"
+
+
+def test_the_package_scan_sees_lazy_imports():
+    lazy = "def f():\n    from colab_resume import agent\n    return agent\n"
+    assert "colab_resume.agent" in package_imports(lazy)
+    assert "colab_resume.checkpoint.manager" in package_imports(
+        "import colab_resume.checkpoint.manager"
+    )

@@ -89,7 +89,7 @@ def test_numpy_batches_train_and_resume_bitwise_on_tensorflow(
 
 
 def test_what_is_not_batches_is_refused_naming_both_kinds(tmp_path) -> None:
-    from colab_resume.dataset_contract import DatasetError
+    from colab_resume.data.contract import DatasetError
 
     agent = cr.Agent(str(tmp_path / "run"), prefer="cpu")
     with pytest.raises(DatasetError, match="not iterable"):

@@ -175,7 +175,10 @@ class _Profile:
     PARTS = {
         "step duties (after every step)": ("steps.py", "after_step"),
         "save: snapshot (metrics, extras, fingerprint)": ("keras_fit.py", "snapshot"),
-        "save: data fingerprint (make_dataset + 1st batch)": ("data.py", "record"),
+        "save: data fingerprint (make_dataset + 1st batch)": (
+            "fingerprints.py",
+            "record",
+        ),
         "save: host copy of the variables": ("arrays.py", "write"),
         "save: wait for the previous upload": ("manager.py", "_wait_for_upload"),
         "epoch datasets (make_dataset)": ("keras_fit.py", "_epoch_data"),

@@ -36,14 +36,11 @@ from colab_resume.backend import jax_distributed
 from colab_resume.backend.random_ops import RandomOpWatch
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.groups import ModelAndExtras
-from colab_resume.data import (
-    DataFingerprints,
-    accepts_skip,
-    epoch_dataset,
-    split_step,
-)
-from colab_resume.data_cost import RebuildWatch
-from colab_resume.data_grain import GrainPosition
+from colab_resume.data.contract import accepts_skip
+from colab_resume.data.cost import RebuildWatch
+from colab_resume.data.fingerprints import DataFingerprints
+from colab_resume.data.grain import GrainPosition
+from colab_resume.data.position import epoch_dataset, split_step
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
 from colab_resume.validate import check_int

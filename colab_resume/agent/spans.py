@@ -21,7 +21,7 @@ A span is only used where the calls' boundaries are invisible to the model
   before iterating (a finite dataset long enough, or a ``repeat()`` cut by
   the agent's ``take``), so no batch moves into another epoch;
 - and it is known to yield the same batches however often it is iterated
-  (:func:`colab_resume.dataset_graph.same_every_iteration`, an allow-list:
+  (:func:`colab_resume.data.graph.same_every_iteration`, an allow-list:
   what it does not know, a Keras random layer in ``map`` say, is no). Keras'
   symbolic build iterates the dataset it is given once before the epoch
   does; alone, every epoch trains on its dataset's second iteration, in a
@@ -41,7 +41,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from colab_resume import backend, dataset_graph
+from colab_resume import backend
+from colab_resume.data import graph as dataset_graph
 
 MAX_EPOCHS = 8
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: the accelerator asks for a connector
     from colab_resume.backend.accelerator import Accelerator, Connector
-    from colab_resume.data_grain import GrainPosition
+    from colab_resume.data.grain import GrainPosition
 
 
 class CustomLoop(Protocol):
@@ -62,7 +62,7 @@ class Backend(Protocol):
             checkpoint format to fall back to).
         chains_epochs: several epochs' datasets can share one ``fit`` call.
         reads_pipeline_graphs: its datasets have graphs that
-            ``data_cost.RebuildWatch`` can read.
+            ``data.cost.RebuildWatch`` can read.
     """
 
     name: str
@@ -105,7 +105,7 @@ class Backend(Protocol):
         position: GrainPosition | None = None,
     ) -> Any:
         """``make_dataset(epoch)`` positioned after ``skip`` batches, ending at
-        the epoch (see :func:`colab_resume.data.epoch_dataset`)."""
+        the epoch (see :func:`colab_resume.data.position.epoch_dataset`)."""
         ...
 
     def first_batch_of(self, dataset: Any) -> Any:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from colab_resume.backend import jax_distributed
 from colab_resume.backend.base import CustomLoop, StepHooks
 from colab_resume.backend.numpy_batches import epoch_batches
-from colab_resume.dataset_contract import DatasetError
+from colab_resume.data.contract import DatasetError
 from colab_resume.runtime import diagnose
 from colab_resume.runtime.detect import detect
 from colab_resume.runtime.errors import AcceleratorNotFoundError, LogicalDevicesError
@@ -38,7 +38,7 @@ if (
     TYPE_CHECKING
 ):  # annotations only: the accelerator asks this module for its connector
     from colab_resume.backend.accelerator import Accelerator, Connector
-    from colab_resume.data_grain import GrainPosition
+    from colab_resume.data.grain import GrainPosition
     from colab_resume.runtime.connection import Connection
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from colab_resume import exit_status
-from colab_resume.data_grain import Shards
+from colab_resume.data.grain import Shards
 from colab_resume.validate import check_seconds
 
 KERAS_ADDRESSES = "KERAS_DISTRIBUTION_JOB_ADDRESSES"

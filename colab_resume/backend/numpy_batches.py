@@ -7,7 +7,7 @@ fed as they are; on TensorFlow they become a ``tf.data.Dataset``
 (:func:`colab_resume.backend.tensorflow.epoch_dataset`). Either way the
 same rules make a resume exact: the same batches for the same epoch on
 every call, a ``skip`` that drops the batches already trained, and the
-first batch's fingerprint checked on resume (:mod:`colab_resume.data`).
+first batch's fingerprint checked on resume (:mod:`colab_resume.data.fingerprints`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from colab_resume.data_grain import GrainPosition
-from colab_resume.dataset_contract import DatasetError, accepts_skip
+from colab_resume.data.contract import DatasetError, accepts_skip
+from colab_resume.data.grain import GrainPosition
 
 
 def epoch_batches(
@@ -39,7 +39,7 @@ def epoch_batches(
         check: called with what ``make_dataset`` returned, to refuse a kind
             the backend cannot take (raises ``DatasetError``).
         position: where the run's Grain pipeline stands; a Grain dataset is
-            then positioned by its own state (:mod:`colab_resume.data_grain`).
+            then positioned by its own state (:mod:`colab_resume.data.grain`).
 
     Raises:
         DatasetError: not iterable, or too short.

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from colab_resume.backend.base import CustomLoop, StepHooks
 from colab_resume.backend.numpy_batches import epoch_batches
-from colab_resume.dataset_contract import DatasetError, accepts_skip
+from colab_resume.data.contract import DatasetError, accepts_skip
 
 if (
     TYPE_CHECKING
 ):  # annotations only: the accelerator asks this module for its connector
     from colab_resume.backend.accelerator import Accelerator, Connector
-    from colab_resume.data_grain import GrainPosition
+    from colab_resume.data.grain import GrainPosition
 
 
 def tf_variable(variable: Any) -> Any:

@@ -1,8 +1,9 @@
 """What ``make_dataset`` owes the agent: its errors and its ``skip`` keyword.
 
-Below both :mod:`colab_resume.data` (which positions epochs and checks
-fingerprints) and the backends (which build an epoch their own way), so
-that neither imports the other for these.
+Below both the epochs' positions and fingerprints
+(:mod:`colab_resume.data.position`, :mod:`colab_resume.data.fingerprints`)
+and the backends (which build an epoch their own way), so that neither
+imports the other for these.
 """
 
 from __future__ import annotations

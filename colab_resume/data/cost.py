@@ -1,7 +1,7 @@
 """What rebuilding an epoch's dataset costs, and one warning when it is too much.
 
 The agent calls ``make_dataset(epoch)`` at every epoch and every resume
-(:mod:`colab_resume.data`), where plain Keras ``fit`` iterates one dataset
+(:mod:`colab_resume.data.position`), where plain Keras ``fit`` iterates one dataset
 again. That is cheap for an index-first pipeline, and ruinous for a common
 one: a NumPy array used inside ``Dataset.map`` (``tf.gather(x, i)`` with
 ``x`` a NumPy array) is embedded in the map function's graph as a constant
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume import dataset_graph
+from colab_resume.data import graph as dataset_graph
 
 # A constant this large in a dataset function is an array that should have
 # been a tensor made once; small lookup tables stay below it.
@@ -42,7 +42,7 @@ FIX = (
 def embedded_constant_bytes(dataset: Any) -> int:
     """Bytes of the constants in the graphs of ``dataset``'s functions and its inputs'.
 
-    Best effort (:mod:`colab_resume.dataset_graph`); anything it cannot
+    Best effort (:mod:`colab_resume.data.graph`); anything it cannot
     read counts as 0.
     """
     total = 0

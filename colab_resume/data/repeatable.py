@@ -1,6 +1,6 @@
 """What is known to give the same result each time a ``tf.data`` pipeline runs.
 
-The allow-list :func:`colab_resume.dataset_graph.same_every_iteration`
+The allow-list :func:`colab_resume.data.graph.same_every_iteration`
 judges a pipeline by. Only what is named here is trusted: a dataset kind or
 an op that is not listed, whatever it is, makes the pipeline "not the same
 every iteration". Missing something that does repeat costs speed only (no

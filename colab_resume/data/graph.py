@@ -2,7 +2,7 @@
 
 Best effort over TensorFlow's dataset internals (each dataset's
 ``_inputs()`` and ``_functions()``), used to judge a pipeline before it
-runs: how much it embeds (:mod:`colab_resume.data_cost`) and whether it
+runs: how much it embeds (:mod:`colab_resume.data.cost`) and whether it
 yields the same batches every time it is iterated
 (:mod:`colab_resume.agent.spans`). The helpers skip a part they cannot
 read; :func:`same_every_iteration` says no for it.
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from colab_resume import repeatable
+from colab_resume.data import repeatable
 
 
 def datasets(dataset: Any) -> Iterator[Any]:
@@ -55,7 +55,7 @@ def same_every_iteration(dataset: Any) -> bool:
     """True when iterating ``dataset`` again is known to yield the same batches.
 
     Judged without running it, against an allow-list
-    (:mod:`colab_resume.repeatable`): every dataset of the pipeline must be
+    (:mod:`colab_resume.data.repeatable`): every dataset of the pipeline must be
     of a kind known to repeat, with settings that do (a ``shuffle`` that
     does not reshuffle at each iteration, a parallel ``map`` in order...),
     and every op of its functions, and of the functions they call, must be
