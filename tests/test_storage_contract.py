@@ -1,4 +1,4 @@
-"""Every store keeps the contract of ``colab_resume/storage/backend.py``.
+"""Every store keeps the contract of ``colab_resume/storage/store_contract.py``.
 
 The same primitive checks run against the local store (a real temporary
 directory), memory://, the GCS emulator and the Drive emulator, store by store,
@@ -15,7 +15,7 @@ import google_crc32c
 import pytest
 
 from colab_resume.storage import Storage, split_url
-from colab_resume.storage.backend import ObjectInfo, Store
+from colab_resume.storage.store_contract import ObjectInfo, Store
 from colab_resume.storage.stores import store_class
 
 

@@ -3,7 +3,7 @@
 Everything two sessions, a reader on a laptop and a future version of this
 package must agree on about a run directory lives here, and nothing else
 does. Pure functions and record schemas: the I/O is the storage layer's
-(:mod:`colab_resume.storage`, whose :class:`~colab_resume.storage.backend.Store`
+(:mod:`colab_resume.storage`, whose :class:`~colab_resume.storage.store_contract.Store`
 states the primitives this protocol needs from a store).
 
 * :mod:`~colab_resume.protocol.rundir`: the names of the objects (leases,

@@ -80,8 +80,8 @@ GCS_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
 
 def needs_google_sign_in(run_dir: str) -> bool:
     """Whether ``run_dir`` is on Cloud Storage or Google Drive (the mount too)."""
-    from colab_resume.storage.backend import DRIVE_PROTOCOLS, GCS_PROTOCOLS
     from colab_resume.storage.store import split_url
+    from colab_resume.storage.store_contract import DRIVE_PROTOCOLS, GCS_PROTOCOLS
 
     protocol, _ = split_url(run_dir)
     return protocol in GCS_PROTOCOLS + DRIVE_PROTOCOLS

@@ -92,7 +92,6 @@ from colab_resume.errors import (
 from colab_resume.redact import redact
 from colab_resume.storage import auth
 from colab_resume.storage import drive_proof as proof
-from colab_resume.storage.backend import ObjectInfo, Store
 from colab_resume.storage.checksum import StreamingCrc32c
 from colab_resume.storage.drive_api import (
     QUOTA_FULL_REASONS,
@@ -104,6 +103,7 @@ from colab_resume.storage.drive_api import (
 )
 from colab_resume.storage.drive_folder import RunFolder
 from colab_resume.storage.drive_index import DamagedIndexError, parse_time, touched
+from colab_resume.storage.store_contract import ObjectInfo, Store
 
 log = logging.getLogger(__name__)
 

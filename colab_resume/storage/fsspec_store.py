@@ -13,8 +13,8 @@ from typing import Any
 
 import fsspec
 
-from colab_resume.storage.backend import ObjectInfo, Store
 from colab_resume.storage.checksum import StreamingCrc32c
+from colab_resume.storage.store_contract import ObjectInfo, Store
 
 Limit = dict[str, Any]  # keyword arguments that bound one fsspec call
 

@@ -19,15 +19,15 @@ from typing import Any
 
 from colab_resume.errors import RunDirNotFoundError, StorageError, UnsafePathError
 from colab_resume.storage import local_faults
-from colab_resume.storage.backend import ObjectInfo
 from colab_resume.storage.fsspec_store import FsspecStore
+from colab_resume.storage.store_contract import ObjectInfo
 
 # Names of the temporary files of writes in progress (never listed).
 TEMP_PREFIX = ".tmp-"
 
 
 class LocalStore(FsspecStore):
-    """A run directory at a local path; see :class:`.backend.Store`.
+    """A run directory at a local path; see :class:`.store_contract.Store`.
 
     No path below the run directory may be a symlink, and no record path a
     directory: both raise :class:`~colab_resume.errors.UnsafePathError`

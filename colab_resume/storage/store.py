@@ -1,6 +1,6 @@
 """The only code that performs I/O on a run directory.
 
-A :class:`Storage` wraps one :class:`~colab_resume.storage.backend.Store`
+A :class:`Storage` wraps one :class:`~colab_resume.storage.store_contract.Store`
 (local, GCS, any other fsspec filesystem) rooted at the run directory and
 offers the handful of operations the protocol needs: small JSON records
 (optionally create-only), file transfer, listing with server-side
@@ -33,10 +33,10 @@ from colab_resume.errors import (
     UnsupportedURLError,
 )
 from colab_resume.storage import drivefs
-from colab_resume.storage.backend import DRIVE_PROTOCOLS, ObjectInfo, Store
 from colab_resume.storage.faults import is_forbidden
 from colab_resume.storage.records import MAX_RECORD_BYTES, decode
 from colab_resume.storage.retry import RetryHook, RetryPolicy, call_with_retry
+from colab_resume.storage.store_contract import DRIVE_PROTOCOLS, ObjectInfo, Store
 from colab_resume.storage.stores import store_class
 
 log = logging.getLogger(__name__)

@@ -1,13 +1,13 @@
 """Which store serves a URL scheme: the one place that tells them apart.
 
-Kept apart from :mod:`colab_resume.storage.backend` (the primitives), so the
+Kept apart from :mod:`colab_resume.storage.store_contract` (the primitives), so the
 stores import the primitives and this registry imports the stores, never
 the other way round.
 """
 
 from __future__ import annotations
 
-from colab_resume.storage.backend import DRIVE_PROTOCOLS, GCS_PROTOCOLS, Store
+from colab_resume.storage.store_contract import DRIVE_PROTOCOLS, GCS_PROTOCOLS, Store
 
 
 def store_class(protocol: str) -> type[Store]:
