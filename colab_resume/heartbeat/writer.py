@@ -19,6 +19,7 @@ from typing import Any
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import lease as leases
 from colab_resume.protocol import rundir
+from colab_resume.protocol.parsing import text
 from colab_resume.protocol.records import (
     HOLDER_STATES,
     BeatRecord,
@@ -27,7 +28,6 @@ from colab_resume.protocol.records import (
 )
 from colab_resume.redact import redact
 from colab_resume.storage import RetryPolicy, Storage
-from colab_resume.storage.records import text
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import math
 from typing import Any
 
 from colab_resume.errors import CorruptRecordError
+from colab_resume.protocol.parsing import short
 from colab_resume.storage.checksum import StreamingCrc32c
-from colab_resume.storage.records import short
 
 FORMAT = "colab_resume.checkpoint/1"
 _CHUNK = 1 << 20

@@ -16,9 +16,9 @@ import json
 from typing import Any
 
 from colab_resume.errors import CorruptRecordError
+from colab_resume.protocol.parsing import MAX_RECORD_BYTES
 from colab_resume.storage import drive_proof as proof
 from colab_resume.storage.drive_api import DriveApi
-from colab_resume.storage.records import MAX_RECORD_BYTES
 
 INDEX_NAME = ".colab-resume-index.json"
 INDEX_FORMAT = 2  # 1: before provenance (a legacy folder's)
