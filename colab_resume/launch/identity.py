@@ -1,4 +1,4 @@
-"""The run directory from the launcher, so a restarted job finds its run.
+"""The run's identity from the launcher: its run directory, the same after a restart.
 
 ``cr.Agent()`` without a run directory asks :func:`run_dir_from_environment`,
 which takes the first of these that is set:

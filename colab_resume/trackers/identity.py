@@ -1,4 +1,4 @@
-"""Each tracker's identity for the run, kept in the run directory.
+"""The run's identity in each tracker (its run id there), kept in the run directory.
 
 A tracker run (an MLflow run id, a W&B run id, a TensorBoard log directory)
 must be the same in every session of one training run, and a session can
