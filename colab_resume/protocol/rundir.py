@@ -9,6 +9,8 @@ checkpoints/step-000001200.e00000001/...   checkpoint files of step 1200, lease 
 checkpoints/step-000001200.e00000001/PROCESS-1.json  process 1's files, done
 checkpoints/step-000001200.e00000001/MANIFEST.json   written last, create-only
 DONE.json                                  training finished
+supervisor/00000001.json                   create-only, one per supervisor
+supervisor/00000001.relaunches.json        overwritten by supervisor 1
 ```
 
 Pure functions only; the I/O lives in :mod:`colab_resume.storage`.
@@ -24,6 +26,7 @@ DONE_RECORD = "DONE.json"
 LEASE_DIR = "lease"
 HEARTBEAT_DIR = "heartbeat"
 CHECKPOINT_DIR = "checkpoints"
+SUPERVISOR_DIR = "supervisor"
 MANIFEST = "MANIFEST.json"
 
 # A lease object is named with exactly 8 ASCII digits, from 00000001. Any
@@ -53,6 +56,16 @@ def lease_path(lease: int) -> str:
 
 def heartbeat_path(lease: int) -> str:
     return f"{HEARTBEAT_DIR}/{lease:08d}.json"
+
+
+def supervisor_path(number: int) -> str:
+    """Supervisor ``number``'s record (create-only, like a lease)."""
+    return f"{SUPERVISOR_DIR}/{number:08d}.json"
+
+
+def relaunches_path(number: int) -> str:
+    """What supervisor ``number`` relaunched (overwritten as it goes)."""
+    return f"{SUPERVISOR_DIR}/{number:08d}.relaunches.json"
 
 
 def parse_lease_name(name: str) -> int | None:
