@@ -19,7 +19,7 @@ FRAMEWORKS = frozenset({"tensorflow", "jax", "jaxlib"})
 ALLOWED = {
     # TensorFlow's own checkpoint format (tf.train.Checkpoint): it is the
     # format, not a branch on the backend; JAX never reaches it.
-    "checkpoint/state.py": "TensorFlow checkpoint format",
+    "checkpoint/formats/tensorflow.py": "TensorFlow checkpoint format",
     # The demo's child is the user's training script, written as a user
     # writes one (tf.config.experimental.enable_op_determinism()).
     "demo.py": "the user's script in the demo",

@@ -179,7 +179,7 @@ class _Profile:
             "fingerprints.py",
             "record",
         ),
-        "save: host copy of the variables": ("arrays.py", "write"),
+        "save: host copy of the variables": ("state.py", "write"),
         "save: wait for the previous upload": ("manager.py", "_wait_for_upload"),
         "epoch datasets (make_dataset)": ("keras_fit.py", "_epoch_data"),
         "restore (none on a fresh run)": ("manager.py", "restore"),

@@ -150,16 +150,6 @@ class Backend(Protocol):
         """Run the custom loop's steps from ``start_step`` until done or told."""
         ...
 
-    def save_options(
-        self, io_device: str | None, async_write: bool, shard_bytes: int
-    ) -> Any:
-        """The framework checkpoint's write options (None: it has none)."""
-        ...
-
-    def restore_options(self, io_device: str | None) -> Any:
-        """The framework checkpoint's read options (None: it has none)."""
-        ...
-
     def read_value(self, variable: Any) -> Any:
         """``variable``'s value now, safe to read later from another thread
         (a NumPy copy, or a tensor the framework will not update in place)."""

@@ -377,14 +377,6 @@ class JaxBackend:
                 if duties.after_step(duties.step + 1):
                     return
 
-    def save_options(
-        self, io_device: str | None, async_write: bool, shard_bytes: int
-    ) -> Any:
-        return None
-
-    def restore_options(self, io_device: str | None) -> Any:
-        return None
-
     def read_value(self, variable: Any) -> Any:
         # A host copy, taken now: Keras' JAX trainer donates the state's
         # buffers to the next step, which would delete a device array.

@@ -1,7 +1,7 @@
 """Keras on TensorFlow: ``tf.data`` epochs, ``tf.function`` steps, TF checkpoints.
 
 The one place (with the TensorFlow checkpoint format,
-:mod:`colab_resume.checkpoint.state`) that imports TensorFlow for the
+:mod:`colab_resume.checkpoint.formats.tensorflow`) that imports TensorFlow for the
 agent, the data path and the checkpoints. TensorFlow is imported inside
 each function, so importing this module imports no framework.
 """
@@ -312,26 +312,6 @@ class TensorFlowBackend:
                 loop.last_outputs = outputs
                 if duties.after_step(duties.step + 1):
                     return
-
-    def save_options(
-        self, io_device: str | None, async_write: bool, shard_bytes: int
-    ) -> Any:
-        import tensorflow as tf
-
-        kwargs: dict[str, Any] = {"experimental_io_device": io_device}
-        if async_write:
-            kwargs["experimental_enable_async_checkpoint"] = True
-        policy = getattr(tf.train.experimental, "MaxShardSizePolicy", None)
-        if policy is not None:
-            kwargs["experimental_sharding_callback"] = policy(
-                max_shard_size=shard_bytes
-            )
-        return tf.train.CheckpointOptions(**kwargs)
-
-    def restore_options(self, io_device: str | None) -> Any:
-        import tensorflow as tf
-
-        return tf.train.CheckpointOptions(experimental_io_device=io_device)
 
     def read_value(self, variable: Any) -> Any:
         # read_value() of a MirroredVariable gives one replica's value.
