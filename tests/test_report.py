@@ -415,6 +415,34 @@ def test_a_session_taken_over_from_the_monitor_is_not_a_death(tmp_path):
     assert report.deaths == []
 
 
+def test_a_death_is_a_death_even_when_no_session_lived_to_write_its_history(
+    tmp_path,
+):
+    """A holder process SIGKILLed on this host and taken at once by a
+    session that itself never wrote history (as a rerun killed in its first
+    seconds): the only word left is the new lease, which records the
+    verdict it acted on. Judged by timing alone, a successor that came
+    within the dead-after bound would have made this a takeover."""
+    from support.processes import worker
+
+    from colab_resume.heartbeat import RunSession, SessionOptions
+    from colab_resume.heartbeat.lease import read_lease
+
+    run_dir = str(tmp_path / "run")
+    storage = Storage(run_dir)
+    holder = worker("holder", run_dir, "--heartbeat", "0.2")
+    holder.expect("READY")
+    beat = os.path.join(run_dir, "heartbeat", "00000001.json")
+    wait_for(lambda: os.path.exists(beat), 60, "a beat of lease 1")
+    holder.kill()
+    successor = RunSession.open(storage, SessionOptions(heartbeat_seconds=0.2))
+    successor.close("stopped")
+    assert read_lease(storage, 2).previous_state == "DEAD"
+    first, second = read_report(storage).sessions
+    assert first.end == "died", first
+    assert second.end == "stopped"
+
+
 def test_a_death_is_drawn_at_its_last_commit_when_that_came_after_its_last_beat(
     tmp_path,
 ):

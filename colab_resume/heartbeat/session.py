@@ -198,12 +198,12 @@ class RunSession:
         storage.check()
         holder = liveness.read_holder(storage)
         here = identity()
-        took_over_from = None
+        took_over_from = previous_state = None
         if holder.lease and options.expected_run_id:
             # Refuse another run's directory before waiting on its holder.
             _ensure_run_record(storage, options, fresh=False)
         if holder.lease:
-            _wait_for_verdict(
+            previous_state = _wait_for_verdict(
                 storage, holder, options, events, on_countdown, sleep, here
             )
             took_over_from = holder.lease
@@ -219,6 +219,7 @@ class RunSession:
             dead_after_seconds=options.dead_after,
             stall_after_seconds=options.stall_after_seconds,
             took_over_from=took_over_from,
+            previous_state=previous_state,
             boot_id=here.boot_id if here else None,
             pid_namespace=here.pid_namespace if here else None,
             start_ticks=here.start_ticks if here else None,
@@ -352,8 +353,10 @@ def _wait_for_verdict(
     on_countdown: CountdownHook | None,
     sleep: Callable[[float], None],
     here: process.ProcessIdentity | None,
-) -> None:
-    """Return when the current holder may be replaced; raise RunInUseError if not.
+) -> str:
+    """Return the holder's state once it may be replaced (DEAD, STOPPED,
+    FAILED; or, with ``takeover``, ALIVE or STALLED); raise RunInUseError if
+    it may not.
 
     Checked at every poll: a holder on this host whose process is gone is
     dead at once, even one that was still running when the wait began.
@@ -395,7 +398,7 @@ def _wait_for_verdict(
                 reason=detail,
                 process_gone=gone is not None,
             )
-            return
+            return state
         if options.takeover:
             events.emit(
                 "lease.takeover",
@@ -404,7 +407,7 @@ def _wait_for_verdict(
                 level="warning",
                 lease=holder.lease,
             )
-            return
+            return state
         if holder.last_sign != first_sign:
             raise RunInUseError(
                 f"The run {storage.url} is {state}: {who} is still beating "

@@ -63,6 +63,8 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "boot_id": re.compile(
         r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
     ),
+    # The verdicts of colab_resume.heartbeat.liveness.
+    "previous_state": re.compile(r"NEW|ALIVE|STALLED|DEAD|STOPPED|COMPLETED|FAILED"),
 }
 
 # Holder states written into beats. Liveness (ALIVE, DEAD, ...) is judged
@@ -98,6 +100,11 @@ class LeaseRecord:
     the holder's process exactly, so a reader on the same machine can prove
     it gone (:mod:`colab_resume.heartbeat.process`); they are None where the
     holder had no ``/proc``, and absent from leases of older versions.
+    ``previous_state`` is the verdict on the session before when this one
+    took the run: DEAD, STOPPED or FAILED (it was free), or ALIVE or
+    STALLED (taken over with ``takeover=True``). Written with the lease, so
+    a report can tell a death from a takeover even when neither session
+    lived to write its history.
     """
 
     lease: int
@@ -113,6 +120,7 @@ class LeaseRecord:
     boot_id: str | None = None
     pid_namespace: int | None = None
     start_ticks: int | None = None
+    previous_state: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,9 @@ themselves come from what every session commits anyway:
   lease (older ones are pruned: the history's ``checkpoint.committed``
   events remember those);
 * the history's events — where each session resumed (``run.resumed_at``)
-  and whether its successor judged it dead or took it over. A restore
+  and whether its successor judged it dead or took it over; and, where no
+  history survives, the successor's lease, which records the verdict it
+  acted on (``previous_state``). A restore
   (``checkpoint.restored``) names the checkpoint it read, and so the lease
   that committed it: a commit pruned since, by a session killed before its
   history said so, is still known.
@@ -366,6 +368,12 @@ def _end(
         if verdict == COMPLETED:
             return COMPLETED_END
         return FAILED_END if verdict == FAILED else DIED
+    # The successor's lease says what it judged when it took the run.
+    judged = successor.record.previous_state if successor.record else None
+    if judged in (ALIVE, STALLED):
+        return TAKEN_OVER
+    if judged is not None:
+        return DIED
     theirs = {e.kind for e in history.events if e.lease == successor.lease}
     if "lease.takeover" in theirs:
         return TAKEN_OVER
