@@ -9,6 +9,7 @@ run there.
 
 from __future__ import annotations
 
+import ast
 import email.parser
 import json
 import os
@@ -52,6 +53,32 @@ def requirement_name(requirement: str) -> str:
     for stop in "<>=!;[ ~":
         requirement = requirement.split(stop, 1)[0]
     return requirement.strip().lower().replace("_", "-")
+
+
+def imported_modules(wheel: zipfile.ZipFile) -> set[str]:
+    """The modules that the wheel's Python files import, by their full names."""
+    found: set[str] = set()
+    for name in wheel.namelist():
+        if name.endswith(".py"):
+            tree = ast.parse(wheel.read(name))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    found.update(alias.name for alias in node.names)
+                elif (
+                    isinstance(node, ast.ImportFrom) and node.module and not node.level
+                ):
+                    found.add(node.module)
+    return found
+
+
+# A distribution whose module is not its name with "_" for "-".
+MODULE_OF = {"google-auth": "google.auth"}
+
+
+def is_imported(requirement: str, imported: set[str]) -> bool:
+    """Whether the module of the distribution ``requirement`` is imported."""
+    module = MODULE_OF.get(requirement, requirement.replace("-", "_"))
+    return any(name == module or name.startswith(module + ".") for name in imported)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +152,7 @@ def test_the_wheel_and_sdist_pass_twine_and_declare_no_framework(built):
         metadata = email.parser.Parser().parsestr(archive.read(meta).decode())
         assert "colab_resume/py.typed" in archive.namelist()
         assert not [n for n in archive.namelist() if n.startswith("tests/")]
+        imported = imported_modules(archive)
     assert metadata["Name"] == "colab-resume"
     assert set(metadata.get_all("Provides-Extra")) == EXTRAS
     requires = metadata.get_all("Requires-Dist")
@@ -136,6 +164,13 @@ def test_the_wheel_and_sdist_pass_twine_and_declare_no_framework(built):
     frameworks = {"tensorflow", "tensorflow-cpu", "jax", "keras"}
     core = [r for r in requires if "extra ==" not in r]
     assert not {requirement_name(r) for r in core} & frameworks
+    # Every install requirement is imported by the package. safetensors is
+    # not one: the package writes its layout itself, and only the tests read
+    # the files with the library, to check them.
+    unused = [r for r in core if not is_imported(requirement_name(r), imported)]
+    assert not unused, unused
+    test_extra = [r for r in requires if 'extra == "test"' in r]
+    assert "safetensors" in {requirement_name(r) for r in test_extra}
 
 
 def test_every_notebook_installs_from_a_source_that_exists():

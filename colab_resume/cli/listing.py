@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime
+import json
 from typing import Any
 
+from colab_resume import cli
 from colab_resume.errors import CorruptRecordError, UnsafePathError
 from colab_resume.heartbeat.lease import read_lease
 from colab_resume.heartbeat.liveness import read_status
@@ -13,6 +16,22 @@ from colab_resume.protocol import rundir
 from colab_resume.protocol.listing import RunListing
 from colab_resume.protocol.records import BeatRecord, RunRecord, parse
 from colab_resume.storage import Storage
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ls = cli.add_run_dir_command(
+        commands, "ls", "List leases, heartbeats and checkpoints."
+    )
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from colab_resume.cli.watch import printable
+
+    listing = collect(cli._open(args))
+    print(json.dumps(listing, indent=1) if args.json else printable(render(listing)))
+    return 0
 
 
 def collect(storage: Storage) -> dict[str, Any]:

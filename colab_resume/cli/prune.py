@@ -8,10 +8,40 @@ flight, so only older sessions' leftovers are cleaned.
 
 from __future__ import annotations
 
+import argparse
+
+from colab_resume import cli
 from colab_resume.checkpoint import retention
 from colab_resume.heartbeat import liveness
 from colab_resume.protocol.listing import RunListing
 from colab_resume.storage import Storage
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    prune = cli.add_run_dir_command(
+        commands, "prune", "Delete old checkpoints (never the newest)."
+    )
+    prune.add_argument("--keep", type=int, required=True, help="newest to keep")
+    prune.add_argument("--keep-every-steps", type=int, help="also keep multiples")
+    prune.add_argument("--dry-run", action="store_true", help="only list")
+    prune.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    if args.keep < 1:
+        raise SystemExit("colab-resume prune: --keep must be >= 1 (the newest stays)")
+    deleted = prune(
+        cli._open(args),
+        keep=args.keep,
+        keep_every_steps=args.keep_every_steps,
+        dry_run=args.dry_run,
+    )
+    verb = "would delete" if args.dry_run else "deleted"
+    for path in deleted:
+        print(f"{verb} {path}")
+    noun = "directory" if len(deleted) == 1 else "directories"
+    print(f"{verb} {len(deleted)} checkpoint {noun}")
+    return 0
 
 
 def prune(

@@ -9,9 +9,27 @@ Needs matplotlib (``pip install matplotlib``).
 
 from __future__ import annotations
 
+import argparse
+
+from colab_resume import cli
 from colab_resume.report import goodput
 from colab_resume.report.sessions import read_report
 from colab_resume.storage import Storage
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    report = cli.add_run_dir_command(
+        commands, "report", "Draw loss over steps, one band per session."
+    )
+    report.add_argument(
+        "-o", "--output", default="report.png", help="PNG file to write"
+    )
+    report.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    print(report(cli._open(args), args.output))
+    return 0
 
 
 def report(storage: Storage, output: str) -> str:

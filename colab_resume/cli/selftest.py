@@ -11,6 +11,7 @@ per assumption, held or not; the exit status is 0 only if all held.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import tempfile
@@ -20,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume import cli
 from colab_resume.redact import redact
 from colab_resume.retry import RetryPolicy
 from colab_resume.storage import Storage
@@ -57,6 +59,30 @@ class Outcome:
     def line(self) -> str:
         mark = "held  " if self.held else "FAILED"
         return f"{mark} {self.name}" + (f" ({self.detail})" if self.detail else "")
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    selftest = cli.add_run_dir_command(
+        commands,
+        "selftest",
+        "Check what a run directory relies on of this storage, in a scratch "
+        "folder below URL that is removed after (about a minute).",
+    )
+    selftest.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from colab_resume.cli.watch import printable
+
+    outcomes = selftest(
+        args.run_dir, cli.storage_options(args), say=lambda line: print(printable(line))
+    )
+    failed = [o for o in outcomes if not o.held]
+    print(
+        f"{len(outcomes) - len(failed)} of {len(outcomes)} held"
+        + (": colab_resume cannot rely on this storage" if failed else "")
+    )
+    return 1 if failed else 0
 
 
 def selftest(

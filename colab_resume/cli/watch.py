@@ -19,6 +19,7 @@ that trained it), run the same way and never for any other state
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shlex
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import IO
 
+from colab_resume import cli
 from colab_resume.errors import StorageError, StorageUnavailableError
 from colab_resume.heartbeat import liveness
 from colab_resume.heartbeat.liveness import RunStatus
@@ -49,6 +51,57 @@ MAX_ENV_VALUE_CHARS = 4_096
 # C0 and C1 control characters, but not newline: printed raw, text from a
 # run directory could move the cursor, retitle or clear the terminal.
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    watch = cli.add_run_dir_command(
+        commands,
+        "watch",
+        "Follow a run; exit 0 COMPLETED, 3 DEAD, 4 FAILED, 5 STOPPED, 6 UNREADABLE.",
+    )
+    watch.add_argument(
+        "--interval", type=float, default=5.0, help="seconds between polls"
+    )
+    watch.add_argument(
+        "--dead-after-seconds",
+        "--dead-after",  # the older spelling
+        dest="dead_after_seconds",
+        type=float,
+        help="override the holder's threshold",
+    )
+    watch.add_argument(
+        "--on-dead",
+        metavar="CMD",
+        help="command run (without a shell) when the run is DEAD, FAILED or "
+        "STOPPED or UNREADABLE; it gets COLAB_RESUME_STATE, COLAB_RESUME_STEP, ... "
+        "in its "
+        "environment",
+    )
+    watch.add_argument(
+        "--on-done",
+        metavar="CMD",
+        help="teardown command (without a shell) run only when the run is "
+        "COMPLETED, e.g. 'gcloud compute tpus tpu-vm delete NAME --zone=Z --quiet'",
+    )
+    watch.add_argument(
+        "--on-done-dry-run",
+        action="store_true",
+        help="print the --on-done command instead of running it",
+    )
+    watch.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    if not args.interval > 0:
+        raise SystemExit("colab-resume watch: --interval must be > 0 seconds")
+    return watch(
+        cli._open(args),
+        interval=args.interval,
+        on_dead=args.on_dead,
+        dead_after_seconds=args.dead_after_seconds,
+        on_done=args.on_done,
+        on_done_dry_run=args.on_done_dry_run,
+    )
 
 
 def printable(text: str) -> str:
