@@ -6,6 +6,7 @@ colab-resume ls RUN_DIR [--json]
 colab-resume prune RUN_DIR --keep N
 colab-resume report RUN_DIR -o report.png
 colab-resume repair RUN_DIR
+colab-resume supervise RUN_DIR --relaunch CMD
 colab-resume selftest URL
 colab-resume demo
 
@@ -98,11 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
         report,
         selftest,
         status,
+        supervise,
         watch,
     )
 
     # In the order --help lists them.
-    for command in (status, watch, listing, prune, report, repair, selftest, demo):
+    commands_in_order = (status, watch, supervise, listing, prune, report, repair)
+    for command in (*commands_in_order, selftest, demo):
         command.register(commands)
     return parser
 

@@ -47,6 +47,31 @@ def report(storage: Storage, output: str) -> str:
         f"at least {run.redone_steps} steps redone"
     ]
     lines += [f"  {session.describe()}" for session in run.sessions]
+    lines += relaunch_lines(storage)
     lines += measured.table()
     lines += [f"warning: {problem}" for problem in run.problems]
     return "\n".join(lines)
+
+
+def relaunch_lines(storage: Storage) -> list[str]:
+    """What ``colab-resume supervise`` relaunched, one line each."""
+    import time
+
+    from colab_resume.cli.watch import printable
+    from colab_resume.launch.supervise import read_relaunches
+
+    lines = []
+    for r in read_relaunches(storage):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"]))
+        took = (
+            f"lease {r['lease']} took the run {r.get('seconds', 0):.0f}s later"
+            if "lease" in r
+            else str(r.get("outcome", "no session took the run"))
+        )
+        lines.append(
+            printable(
+                f"  relaunched by supervisor {r.get('supervisor')} at {when} UTC "
+                f"after lease {r.get('after_lease')} died: {took}"
+            )
+        )
+    return lines
