@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from colab_resume.checkpoint import Manifest, SaveTriggers, TriggerOptions
-from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.checkpoint.retention import plan
+from colab_resume.checkpoint.transfer_progress import TransferProgress
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
 from colab_resume.protocol.listing import CheckpointDir

@@ -38,7 +38,7 @@ from typing import Any
 
 from colab_resume import procfs
 from colab_resume.checkpoint import formats
-from colab_resume.checkpoint.progress import TransferProgress
+from colab_resume.checkpoint.transfer_progress import TransferProgress
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
 from colab_resume.protocol import commit

@@ -40,8 +40,8 @@ from colab_resume.checkpoint.processes import (
     collect_markers,
     write_marker,
 )
-from colab_resume.checkpoint.progress import TransferProgress
 from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_bound
+from colab_resume.checkpoint.transfer_progress import TransferProgress
 from colab_resume.checkpoint.uploader import Uploader
 from colab_resume.errors import FencedError
 from colab_resume.events import EventLog

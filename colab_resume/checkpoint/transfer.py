@@ -11,7 +11,7 @@ import concurrent.futures
 import os
 from collections.abc import Callable, Sequence
 
-from colab_resume.checkpoint.progress import TransferProgress
+from colab_resume.checkpoint.transfer_progress import TransferProgress
 from colab_resume.storage import Storage
 
 DEFAULT_WORKERS = 8
