@@ -10,7 +10,9 @@ colab-resume supervise RUN_DIR --relaunch CMD
 colab-resume selftest URL
 colab-resume demo
 
-Each command's module registers it: ``register(commands)`` adds its
+Each command's module, named for the command (``cli/status.py`` is the
+``status`` command, not the run's status, which is
+:mod:`colab_resume.status`), registers it: ``register(commands)`` adds its
 subparser, its arguments and its handler (``set_defaults(func=handle)``).
 This module holds what they share: the run directory and storage options,
 logging, the list of commands, and :func:`main`.
@@ -93,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     # modules) each imports inside its handler, so parsing stays fast.
     from colab_resume.cli import (
         demo,
-        listing,
+        ls,
         prune,
         repair,
         report,
@@ -104,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     # In the order --help lists them.
-    commands_in_order = (status, watch, supervise, listing, prune, report, repair)
+    commands_in_order = (status, watch, supervise, ls, prune, report, repair)
     for command in (*commands_in_order, selftest, demo):
         command.register(commands)
     return parser
