@@ -33,7 +33,7 @@ test: $(STAMP)
 	fi; \
 	echo "=== make test: all phases passed ($(TEST_PHASES))"
 
-# The Drive API emulator the suite starts (tests/drive_emulator.py):
+# The Drive API emulator the suite starts (tests/support/drive_emulator.py):
 # google-drive-mock from npm with the express and cors it runs on, pinned.
 DRIVE_MOCK := build/drive-mock
 $(DRIVE_MOCK)/.installed: Makefile

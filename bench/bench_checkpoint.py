@@ -39,7 +39,7 @@ sys.path.insert(0, ROOT)
 
 
 def _load_emulator():
-    path = os.path.join(ROOT, "tests", "emulator.py")
+    path = os.path.join(ROOT, "tests", "support", "emulator.py")
     spec = importlib.util.spec_from_file_location("_bench_emulator", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

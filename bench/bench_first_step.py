@@ -65,7 +65,7 @@ VARIANTS = ("prefetch", "no-prefetch", "baseline")
 
 
 def _load_emulator() -> type:
-    path = os.path.join(ROOT, "tests", "emulator.py")
+    path = os.path.join(ROOT, "tests", "support", "emulator.py")
     spec = importlib.util.spec_from_file_location("_bench_emulator", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -12,7 +12,6 @@ import inspect
 import itertools
 import os
 import re
-import sys
 
 import pytest
 
@@ -21,11 +20,9 @@ import pytest
 os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 os.environ.pop("STORAGE_EMULATOR_HOST", None)
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from drive_emulator import DriveEmulator  # noqa: E402
-from emulator import Emulator  # noqa: E402
-from faultproxy import fault_proxy  # noqa: E402,F401  (the fault_proxy fixture)
+from support.drive_emulator import DriveEmulator  # noqa: E402
+from support.emulator import Emulator  # noqa: E402
+from support.faultproxy import fault_proxy  # noqa: E402,F401  (the fixture)
 
 _bucket_numbers = itertools.count(1)
 

@@ -15,6 +15,7 @@ import pytest
 tf = pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow")
 import keras  # noqa: E402
 from support.toy import at_step  # noqa: E402
+from support.toy import tiny_model as build_model  # noqa: E402
 
 import colab_resume as cr  # noqa: E402
 from colab_resume.agent.keras_fit import ModelError  # noqa: E402
@@ -26,12 +27,6 @@ from colab_resume.storage import Storage  # noqa: E402
 
 X = np.random.RandomState(0).randn(128, 4).astype("float32")
 Y = X.sum(axis=1, keepdims=True)
-
-
-def build_model() -> keras.Model:
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    return model
 
 
 def make_dataset(epoch: int) -> tf.data.Dataset:

@@ -1,6 +1,6 @@
 """Access tokens that expire mid-run, and credentials that must never leak.
 
-The proxy plays a token-checking server (see ``fake_credentials``): it
+The proxy plays a token-checking server (see ``support.fake_credentials``): it
 answers real HTTP 401 "Invalid Credentials" to a token older than one
 second, while the client believes each token lasts an hour. Training must
 ride through by refreshing and retrying, with no failed save — and no
@@ -13,23 +13,18 @@ import logging
 
 import numpy as np
 import pytest
-from fake_credentials import ExpiringCredentials, token_check
+from support.fake_credentials import ExpiringCredentials, token_check
 
 from colab_resume.storage import Storage
 
 tf = pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow")
 import keras  # noqa: E402
+from support.toy import tiny_model as build_model  # noqa: E402
 
 import colab_resume as cr  # noqa: E402
 
 X = np.random.RandomState(1).randn(256, 4).astype("float32")
 Y = X.sum(axis=1, keepdims=True)
-
-
-def build_model() -> keras.Model:
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    return model
 
 
 def make_dataset(epoch: int) -> tf.data.Dataset:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from faultproxy import FaultMix
 from support import Process, assert_bitwise_equal, wait_for, worker
+from support.faultproxy import FaultMix
 
 from colab_resume.protocol.listing import RunListing
 from colab_resume.storage import Storage

@@ -104,7 +104,7 @@ def test_a_full_drive_stops_the_run_naming_its_newest_checkpoint(
     import keras
     import pytest
     import tensorflow as tf
-    from faultproxy import FaultMix, FaultProxy, path_contains
+    from support.faultproxy import FaultMix, FaultProxy, path_contains
 
     import colab_resume as cr
     from colab_resume.errors import StorageFullError

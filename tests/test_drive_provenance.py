@@ -539,7 +539,7 @@ def test_an_expired_resumable_session_restarts_the_upload(
 ) -> None:
     """Drive answers a chunk of an expired session 404 ("restart the upload"):
     through the fault proxy, once; the upload starts a new session."""
-    from faultproxy import FaultMix, FaultProxy, path_contains
+    from support.faultproxy import FaultMix, FaultProxy, path_contains
 
     shard = tmp_path / "shard"
     shard.write_bytes(random.Random(3).randbytes(6 << 20))  # resumable

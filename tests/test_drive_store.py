@@ -1,7 +1,7 @@
 """The Drive store under races, lost answers, planted duplicates and faults.
 
 Against the Drive API emulator (google-drive-mock with the upload routes
-tests/drive_mock/server.js adds), through tests/faultproxy.py where a
+tests/drive_mock/server.js adds), through tests/support/faultproxy.py where a
 fault must happen on the wire. Each "session" is a store of its own (its
 own caches and connection), as two machines would be.
 """
@@ -14,7 +14,7 @@ import threading
 import urllib.request
 
 import pytest
-from faultproxy import FaultMix, FaultProxy, path_contains
+from support.faultproxy import FaultMix, FaultProxy, path_contains
 
 from colab_resume.errors import (
     PermissionDeniedError,
@@ -308,7 +308,7 @@ def test_a_token_the_server_refuses_is_refreshed_and_never_shown(
     drive_run_dir, drive_emulator, proxy, caplog
 ) -> None:
     """401 on a token the client still thinks good: refreshed, then retried."""
-    from fake_credentials import ExpiringCredentials
+    from support.fake_credentials import ExpiringCredentials
 
     credentials = ExpiringCredentials()
     # The first token issued is refused, as a revoked one would be.

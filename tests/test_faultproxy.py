@@ -15,8 +15,8 @@ import urllib.parse
 from collections.abc import Iterator
 
 import pytest
-from faultproxy import FaultMix, FaultProxy, path_contains
-from faultproxy import fault_proxy as fault_proxy  # the fixture
+from support.faultproxy import FaultMix, FaultProxy, path_contains
+from support.faultproxy import fault_proxy as fault_proxy  # the fixture
 
 
 def connect(proxy: FaultProxy, timeout: float = 10) -> http.client.HTTPConnection:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from faultproxy import FaultMix
+from support.faultproxy import FaultMix
 
 import colab_resume as cr
 from colab_resume.heartbeat import RunSession, SessionOptions

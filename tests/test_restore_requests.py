@@ -16,8 +16,8 @@ import urllib.parse
 import numpy as np
 import pytest
 import tensorflow as tf
-from faultproxy import FaultMix, FaultProxy, Seen, path_contains
 from support.checkpoints import is_data_file
+from support.faultproxy import FaultMix, FaultProxy, Seen, path_contains
 
 from colab_resume.checkpoint import CheckpointManager
 from colab_resume.events import EventLog

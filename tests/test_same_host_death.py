@@ -22,6 +22,7 @@ import uuid
 
 import pytest
 from support import Process, run_cli, wait_for, worker
+from support.processes import WORKERS, python_path
 
 from colab_resume import procfs
 from colab_resume.errors import RunInUseError
@@ -193,8 +194,11 @@ def test_holder_in_another_pid_namespace_is_never_judged_by_pid(tmp_path):
     if unshare is None or subprocess.run([*argv, "true"]).returncode != 0:
         pytest.skip("needs unshare and unprivileged user namespaces to make one")
     run_dir = str(tmp_path / "run")
-    script = os.path.join(os.path.dirname(__file__), "workers", "holder.py")
-    proc = Process([*argv, sys.executable, script, run_dir, "--heartbeat", "0.4"])
+    script = os.path.join(WORKERS, "holder.py")
+    proc = Process(
+        [*argv, sys.executable, script, run_dir, "--heartbeat", "0.4"],
+        env={"PYTHONPATH": python_path()},
+    )
     try:
         proc.expect("READY", timeout=60)
         storage = Storage(run_dir)

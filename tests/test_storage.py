@@ -1,6 +1,6 @@
 """The storage layer against the GCS emulator (and local/memory where generic).
 
-Faults are real HTTP faults from ``faultproxy`` between gcsfs and the
+Faults are real HTTP faults from ``support.faultproxy`` between gcsfs and the
 emulator; every fault test asserts the proxy really injected something.
 """
 
@@ -15,9 +15,10 @@ import time
 
 import google_crc32c
 import pytest
-from faultproxy import FaultMix, FaultProxy, path_contains
-from faultproxy import fault_proxy as fault_proxy  # the fixture
 from support import Process
+from support.faultproxy import FaultMix, FaultProxy, path_contains
+from support.faultproxy import fault_proxy as fault_proxy  # the fixture
+from support.processes import python_path
 from support.starting import start_together
 
 import colab_resume as cr
@@ -121,8 +122,7 @@ RACER = textwrap.dedent(
     """
     import os, sys
     os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
-    tests, url, endpoint, me, go = sys.argv[1:]
-    sys.path.insert(0, tests)
+    url, endpoint, me, go = sys.argv[1:]
     from support.starting import wait_for_go
     from colab_resume.storage import Storage
     options = {"token": "anon", "endpoint_url": endpoint} if endpoint else {}
@@ -143,10 +143,10 @@ def test_create_only_race_between_processes(
     """Four real processes create the same object at once: exactly one wins."""
     url, options = shared_dir
     go = tmp_path / "go"
-    tests = os.path.dirname(os.path.abspath(__file__))
     endpoint = options.get("endpoint_url", "")
+    env = {"PYTHONPATH": python_path()}
     racers = [
-        Process([sys.executable, "-c", RACER, tests, url, endpoint, str(i), str(go)])
+        Process([sys.executable, "-c", RACER, url, endpoint, str(i), str(go)], env=env)
         for i in range(4)
     ]
     try:

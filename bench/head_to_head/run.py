@@ -34,7 +34,7 @@ BASELINES = ("plain_fit", "plain_loop")
 
 
 def _load_emulator() -> type:
-    path = os.path.join(ROOT, "tests", "emulator.py")
+    path = os.path.join(ROOT, "tests", "support", "emulator.py")
     spec = importlib.util.spec_from_file_location("_h2h_emulator", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

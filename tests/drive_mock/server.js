@@ -139,7 +139,7 @@ function main() {
   const app = express();
   const raw = express.raw({ type: () => true, limit: "1gb" });
 
-  // Tokens of the tests' credential stand-in (tests/fake_credentials.py)
+  // Tokens of the tests' credential stand-in (tests/support/fake_credentials.py)
   // are good here; a checking FaultProxy in front decides which expired.
   app.use((req, res, next) => {
     if ((req.headers.authorization || "").startsWith("Bearer ya29.fake-")) {

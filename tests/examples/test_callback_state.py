@@ -16,6 +16,7 @@ from support.compare import assert_same_files
 
 tf = pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow")
 import keras  # noqa: E402
+from support.toy import tiny_model as build_model  # noqa: E402
 
 import colab_resume as cr  # noqa: E402
 
@@ -37,12 +38,6 @@ class StopAt(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if batch == self.batch:
             self.agent.stop()
-
-
-def build_model() -> keras.Model:
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    return model
 
 
 def make_dataset(epoch: int, skip: int = 0) -> tf.data.Dataset:

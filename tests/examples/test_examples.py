@@ -13,7 +13,6 @@ Reported numbers are held to 2 ulp of float32 (see ``tests/support/compare.py``)
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -23,6 +22,7 @@ import sys
 import numpy as np
 import pytest
 from support.compare import assert_same_files, assert_same_history
+from support.processes import python_path, read_out
 
 WORKER = os.path.join(os.path.dirname(__file__), "worker.py")
 SAVE_EVERY = 5
@@ -34,16 +34,15 @@ def work(
 ) -> subprocess.CompletedProcess:
     argv = [sys.executable, WORKER, workload, run_dir, out_dir, *args]
     argv += ["--save-every-steps", str(SAVE_EVERY)]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, PYTHONPATH=python_path())
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == expect_rc, result.stdout + result.stderr[-4000:]
     return result
 
 
 def outcome(out_dir: str) -> tuple[dict, dict[str, np.ndarray]]:
-    with open(os.path.join(out_dir, "result.json")) as handle:
-        result = json.load(handle)
-    weights = np.load(os.path.join(out_dir, "weights.npz"))
-    return result, {k: weights[k] for k in weights.files}
+    weights, result = read_out(out_dir)
+    return result, weights
 
 
 def kill_step(total: int, rng: random.Random) -> int:

@@ -12,6 +12,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow")
 import keras  # noqa: E402
+from support.toy import tiny_model as build_model  # noqa: E402
 
 import colab_resume as cr  # noqa: E402
 
@@ -37,12 +38,6 @@ class CtrlCInValidation(keras.callbacks.Callback):
     def on_test_begin(self, logs=None):
         if self.current == self.epoch:
             raise KeyboardInterrupt
-
-
-def build_model() -> keras.Model:
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    return model
 
 
 def make_dataset(epoch: int, skip: int = 0) -> tf.data.Dataset:

@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from support.processes import python_path
 
 tf = pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow")
 import keras  # noqa: E402
@@ -202,17 +203,19 @@ def two_replica_warnings(root: str) -> None:
 @pytest.fixture(scope="module")
 def on_two_replicas(tmp_path_factory) -> dict:
     here = os.path.dirname(os.path.abspath(__file__))
-    code = (
-        f"import sys; sys.path[:0] = [{here!r}, {os.path.dirname(here)!r}]; "
-        "import test_named_limits as t; t.two_replica_warnings(sys.argv[1])"
-    )
+    code = "import sys, test_named_limits as t; t.two_replica_warnings(sys.argv[1])"
     root = str(tmp_path_factory.mktemp("replicas"))
     done = subprocess.run(
         [sys.executable, "-c", code, root],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""},
+        env={
+            **os.environ,
+            "PYTHONPATH": python_path(here),  # this module, imported there
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "CUDA_VISIBLE_DEVICES": "",
+        },
     )
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-5000:]

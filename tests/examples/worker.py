@@ -1,7 +1,7 @@
 """Run one workload of ``workloads.py`` through ``agent.fit``, maybe dying on the way.
 
-    python tests/examples/worker.py WORKLOAD RUN_DIR OUT_DIR [--kill-at-step N]
-        [--save-every-steps N] [--replicas N] [--epochs N]
+    PYTHONPATH=tests python tests/examples/worker.py WORKLOAD RUN_DIR OUT_DIR
+        [--kill-at-step N] [--save-every-steps N] [--replicas N] [--epochs N]
 
 OUT_DIR receives ``weights.npz`` (every model variable and every optimizer's
 variables, by position) and ``result.json`` (History, the step this process
@@ -24,8 +24,6 @@ import sys
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def optimizers_of(model) -> list:

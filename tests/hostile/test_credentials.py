@@ -17,7 +17,7 @@ import urllib.parse
 
 import fsspec
 import pytest
-from faultproxy import FaultMix, path_contains
+from support.faultproxy import FaultMix, path_contains
 
 import colab_resume as cr
 from colab_resume.errors import (

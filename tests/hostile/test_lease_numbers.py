@@ -12,7 +12,7 @@ fenced: both trained and committed.
 from __future__ import annotations
 
 import pytest
-from hostile_tools import cli, crashed, stopped_run, wait_for
+from support.hostile import cli, crashed, stopped_run, wait_for
 
 from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.heartbeat import RunSession, SessionOptions

@@ -9,7 +9,7 @@ directory and the folder to clean.
 from __future__ import annotations
 
 import pytest
-from hostile_tools import stopped_run
+from support.hostile import stopped_run
 
 from colab_resume.errors import TooManyObjectsError
 from colab_resume.protocol.listing import read_leases

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from hostile_tools import stopped_run
+from support.hostile import stopped_run
 
 
 def test_a_heartbeat_stamped_in_the_future_is_damage_not_alive_forever(tmp_path):

@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from hostile_tools import checkpoint_manager as manager
+from support.hostile import checkpoint_manager as manager
 
 from colab_resume.checkpoint import restore
 from colab_resume.events import EventLog

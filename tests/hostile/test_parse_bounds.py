@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hostile_tools import cli, crashed, local_cli, stopped_run
+from support.hostile import cli, crashed, local_cli, stopped_run
 
 from colab_resume.errors import CorruptRecordError
 from colab_resume.heartbeat import RunSession, SessionOptions

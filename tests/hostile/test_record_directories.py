@@ -24,7 +24,7 @@ import json
 import shutil
 
 import pytest
-from hostile_tools import crashed, local_cli, stopped_run, wait_for
+from support.hostile import crashed, local_cli, stopped_run, wait_for
 
 from colab_resume.errors import CorruptRecordError
 from colab_resume.heartbeat import RunSession, SessionOptions

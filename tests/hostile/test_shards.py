@@ -19,7 +19,7 @@ import struct
 import numpy as np
 import pytest
 import tensorflow as tf
-from hostile_tools import checkpoint_manager as manager
+from support.hostile import checkpoint_manager as manager
 
 from colab_resume.checkpoint import StructureMismatchError
 from colab_resume.events import EventLog

@@ -11,7 +11,7 @@ fix; readers report it instead of crashing.
 from __future__ import annotations
 
 import pytest
-from hostile_tools import crashed, local_cli, stopped_run
+from support.hostile import crashed, local_cli, stopped_run
 
 from colab_resume.errors import CorruptRecordError, UnsafePathError
 from colab_resume.heartbeat import RunSession, SessionOptions

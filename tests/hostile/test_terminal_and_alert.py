@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from hostile_tools import cli, crashed, stopped_run
+from support.hostile import cli, crashed, stopped_run
 
 ANSI = "\x1b]0;owned\x07\x1b[2J\x1b[1A"
 

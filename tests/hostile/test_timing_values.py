@@ -12,7 +12,7 @@ import json
 import time
 
 import pytest
-from hostile_tools import cli
+from support.hostile import cli
 
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.storage import Storage

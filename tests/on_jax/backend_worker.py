@@ -1,7 +1,7 @@
 """Train a small Keras model through ``agent.fit`` on either backend, maybe dying.
 
-    python tests/on_jax/backend_worker.py RUN_DIR OUT_DIR [--backend jax]
-        [--replicas 2] [--precision float32] [--no-dropout]
+    PYTHONPATH=tests python tests/on_jax/backend_worker.py RUN_DIR OUT_DIR
+        [--backend jax] [--replicas 2] [--precision float32] [--no-dropout]
         [--kill-at-step N] [--unavailable-at-step N] [--per-replica-batch N]
         [--loop run|light]
 
@@ -163,7 +163,6 @@ def main() -> int:
     parser.add_argument("--numpy-data", action="store_true")
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = args.backend
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
     import keras
     import numpy as np

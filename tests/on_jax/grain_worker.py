@@ -1,7 +1,7 @@
 """Train through ``agent.fit`` on JAX with a Grain pipeline, maybe dying.
 
-    python tests/on_jax/grain_worker.py RUN_DIR OUT_DIR --kind map|iter|loader
-        [--kill-at-step N] [--changed]
+    PYTHONPATH=tests python tests/on_jax/grain_worker.py RUN_DIR OUT_DIR
+        --kind map|iter|loader [--kill-at-step N] [--changed]
 
 ``make_dataset(epoch)`` returns a Grain pipeline with a seeded shuffle
 and a random map: a ``MapDataset`` (``map``), an ``IterDataset`` with
@@ -120,7 +120,6 @@ def main() -> int:
     parser.add_argument("--changed", action="store_true")
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = "jax"
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
     import keras
     import numpy as np

@@ -178,6 +178,7 @@ def main() -> None:
     parser.add_argument("--start-timeout", type=float, default=300.0)
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = "jax"
+    # Run by hand too (docs/guide/multi-host.md): this tree's colab_resume.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
     import keras

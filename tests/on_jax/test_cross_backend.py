@@ -18,7 +18,8 @@ import os
 
 import numpy as np
 import pytest
-from test_jax_fit import read, worker
+from support.on_jax import backend_worker as worker
+from support.processes import read_out as read
 
 TOTAL = 14
 KILL_AT = 10

@@ -15,37 +15,17 @@ with both descriptions.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 
-import numpy as np
 import pytest
+from support.on_jax import jax_worker
+from support.processes import read_out as read
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 KILL_AT = 10
 
 
 def worker(run_dir: str, out: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=REPO)
-    env.pop("XLA_FLAGS", None)  # the agent sets the device count itself
-    return subprocess.run(
-        [sys.executable, os.path.join(HERE, "grain_worker.py"), run_dir, out, *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-        check=False,
-    )
-
-
-def read(out: str) -> tuple[dict[str, np.ndarray], dict[str, object]]:
-    with np.load(os.path.join(out, "weights.npz")) as npz:
-        arrays = {key: npz[key] for key in npz.files}
-    with open(os.path.join(out, "result.json")) as handle:
-        return arrays, json.load(handle)
+    return jax_worker("grain_worker", run_dir, out, *args)
 
 
 @pytest.mark.parametrize(

@@ -10,38 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
-import numpy as np
 import pytest
+from support.on_jax import backend_worker as worker
+from support.processes import read_out as read
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 KILL_AT = 10
-
-
-def worker(
-    run_dir: str, out: str, *args: str, python: str = sys.executable
-) -> subprocess.CompletedProcess[str]:
-    """``backend_worker.py`` in a fresh process (JAX here unless told)."""
-    env = dict(os.environ, PYTHONPATH=REPO)
-    env.pop("XLA_FLAGS", None)  # the agent sets the device count itself
-    return subprocess.run(
-        [python, os.path.join(HERE, "backend_worker.py"), run_dir, out, *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-        check=False,
-    )
-
-
-def read(out: str) -> tuple[dict[str, np.ndarray], dict[str, object]]:
-    with np.load(os.path.join(out, "weights.npz")) as npz:
-        arrays = {key: npz[key] for key in npz.files}
-    with open(os.path.join(out, "result.json")) as handle:
-        return arrays, json.load(handle)
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 import pytest
+from support.processes import python_path
 
 from colab_resume import exit_status
 from colab_resume.checkpoint.restore import restore_latest
@@ -36,7 +37,6 @@ from colab_resume.protocol import rundir
 from colab_resume.storage import Storage
 
 WORKER = os.path.join(os.path.dirname(__file__), "multihost_worker.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOTAL_STEPS = 18  # the worker's 3 epochs x 6 steps
 DEAD_AFTER = 4.0
 pytestmark = pytest.mark.timeout(300)
@@ -57,7 +57,7 @@ class Proc:
             "--dead-after",
             str(DEAD_AFTER),
         ]
-        env = dict(os.environ, PYTHONPATH=ROOT, KERAS_BACKEND="jax")
+        env = dict(os.environ, PYTHONPATH=python_path(), KERAS_BACKEND="jax")
         self.proc = subprocess.Popen(
             [*argv, *extra],
             stdout=subprocess.PIPE,

@@ -10,24 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=REPO)
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
+from support.on_jax import run_python
 
 
 def test_tensorflow_is_absent_here() -> None:

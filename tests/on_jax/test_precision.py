@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from test_no_tensorflow import run_python
+from support.on_jax import run_python
 
 USER_POLICY = """
 import json, sys

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from test_no_tensorflow import REPO
+from support.processes import ROOT as REPO
 
 TPU_VM = {"COLAB_TPU_1VM": "1", "TPU_ACCELERATOR_TYPE": "v5litepod-1"}
 LOCK_HOLDER = """

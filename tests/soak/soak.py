@@ -35,14 +35,16 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
+# A script (`make chaos`), not under pytest: tests/ on the path for support.
 sys.path.insert(0, TESTS)
 os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 os.environ.pop("STORAGE_EMULATOR_HOST", None)
 
 import numpy as np  # noqa: E402
-from emulator import Emulator  # noqa: E402
-from fake_credentials import token_check  # noqa: E402
-from faultproxy import FaultMix, FaultProxy  # noqa: E402
+from support.emulator import Emulator  # noqa: E402
+from support.fake_credentials import token_check  # noqa: E402
+from support.faultproxy import FaultMix, FaultProxy  # noqa: E402
+from support.processes import python_path  # noqa: E402
 
 from colab_resume.protocol.listing import RunListing  # noqa: E402
 from colab_resume.storage import Storage  # noqa: E402
@@ -60,7 +62,7 @@ class Life:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONPATH": TESTS},
+            env={**os.environ, "PYTHONPATH": python_path()},
         )
         self.out: list[str] = []
         self.err: list[str] = []
@@ -141,7 +143,7 @@ def main() -> int:
         ],  # no step sleep needed for the reference
         check=True,
         capture_output=True,
-        env={**os.environ, "PYTHONPATH": TESTS},
+        env={**os.environ, "PYTHONPATH": python_path()},
     )
 
     emulator = Emulator()
@@ -224,7 +226,7 @@ def main() -> int:
             worker_argv(run_dir, weights, args.epochs, *faulted),
             capture_output=True,
             text=True,
-            env={**os.environ, "PYTHONPATH": TESTS},
+            env={**os.environ, "PYTHONPATH": python_path()},
             timeout=1800,
         )
         if final.returncode != 0:

@@ -8,6 +8,16 @@
   sets (``.npz`` files, dicts or lists of arrays).
 - :mod:`support.waiting`: ``wait_for(condition, timeout, what)``, the only
   way a test waits for something to happen.
+- :mod:`support.emulator`, :mod:`support.drive_emulator`: the GCS and Drive
+  API emulators the fixtures of ``tests/conftest.py`` start;
+  :mod:`support.faultproxy` and :mod:`support.fake_credentials`: faults and
+  expiring tokens between a client and them.
+- :mod:`support.hostile`, :mod:`support.on_jax`: what the tests of
+  ``tests/hostile`` and of ``tests/on_jax`` share.
+
+``tests/`` is on ``sys.path`` under pytest (``pythonpath`` in
+pyproject.toml), and on ``PYTHONPATH`` in the scripts the tests start
+(:func:`support.processes.python_path`).
 """
 
 from support.compare import assert_bitwise_equal

@@ -6,12 +6,17 @@
     result = run_worker("agent_worker", run_dir, out, expect_rc=-9)
     assert "KILLING" in result.stdout
 
-Workers are the scripts in ``tests/workers/``; each puts ``tests/`` on its
-own ``sys.path``, so they run the same from pytest, the soak or a shell.
+Workers are the scripts in ``tests/workers/``. They import ``support``
+from ``tests/``, which :func:`worker` puts first on their ``PYTHONPATH``
+(:func:`python_path`; the repository root comes last, for this tree's
+``colab_resume``); the other scripts the tests start (``tests/on_jax``,
+``tests/examples``) get the same. By hand, from the repository root:
+``PYTHONPATH=tests python tests/workers/holder.py ...``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import subprocess
@@ -19,10 +24,29 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
+
+from support.compare import load
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(TESTS)
 WORKERS = os.path.join(TESTS, "workers")
 CLI = [sys.executable, "-m", "colab_resume"]
+
+
+def python_path(*first: str) -> str:
+    """The ``PYTHONPATH`` of a script the tests start: ``tests/`` (so
+    ``support`` imports), then ``first`` (empty entries dropped), then the
+    repository root."""
+    return os.pathsep.join(path for path in (TESTS, *first, ROOT) if path)
+
+
+def read_out(out_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a worker left in ``out_dir``: name -> array from its
+    ``weights.npz``, and its ``result.json``."""
+    arrays = load(os.path.join(out_dir, "weights.npz"))
+    with open(os.path.join(out_dir, "result.json")) as handle:
+        return arrays, json.load(handle)
 
 
 @dataclass(frozen=True)
@@ -174,9 +198,14 @@ class Process:
 
 
 def worker(name: str, *args: str, env: dict[str, str] | None = None) -> Process:
-    """Start ``tests/workers/NAME.py ARGS``."""
+    """Start ``tests/workers/NAME.py ARGS``; ``env`` is added to this
+    process's environment (a ``PYTHONPATH`` there comes after ``tests/``)."""
     path = os.path.join(WORKERS, f"{name}.py")
     assert os.path.exists(path), f"no worker {name!r} in {WORKERS}"
+    env = dict(env or {})
+    env["PYTHONPATH"] = python_path(
+        env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    )
     return Process([sys.executable, path, *args], env=env)
 
 

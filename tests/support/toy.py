@@ -54,19 +54,21 @@ def at_step(step: int, action: Any) -> Any:
 def tiny_fit_parts() -> tuple[Any, Any]:
     """``(build_model, dataset)`` for the smallest real ``agent.fit``: one
     Dense layer on 64 examples in batches of 8 (8 steps an epoch)."""
-    import keras
     import numpy as np
     import tensorflow as tf
 
     x = np.random.RandomState(0).randn(64, 4).astype("float32")
     data = tf.data.Dataset.from_tensor_slices((x, x.sum(1, keepdims=True))).batch(8)
+    return tiny_model, data
 
-    def build_model() -> Any:
-        built = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        built.compile(optimizer="sgd", loss="mse")
-        return built
 
-    return build_model, data
+def tiny_model() -> Any:
+    """A compiled ``Dense(1)`` on 4 features, SGD, MSE: the smallest model."""
+    import keras
+
+    built = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    built.compile(optimizer="sgd", loss="mse")
+    return built
 
 
 def model(

@@ -1,7 +1,7 @@
 """A training process for tests that kill it for real.
 
-    python tests/workers/agent_worker.py RUN_DIR OUT.npz [--endpoint URL]
-        [--loop fit|run]
+    PYTHONPATH=tests python tests/workers/agent_worker.py RUN_DIR OUT.npz
+        [--endpoint URL] [--loop fit|run]
         [--kill-at-step N] [--unavailable-at-step N] [--epochs E] ...
         [--retry-seconds S] [--step-sleep S] [--takeover] [--run-id ID] [--plain]
         [--unseeded-shuffle] [--reset-data-fingerprints]
@@ -17,7 +17,7 @@ SIGKILLs the process itself right after that step (no cleanup at all);
 as a lost TPU would. ``--events`` writes every event of the agent as JSON
 when the process ends (also on an error), for chaos tests to count;
 ``--expiring-token`` authenticates with
-:class:`fake_credentials.ExpiringCredentials` (for a token-checking proxy)
+:class:`support.fake_credentials.ExpiringCredentials` (for a token-checking proxy)
 and prints how often it refreshed. ``--tick-seconds`` spaces the agent's
 ticks (history samples and chunks): a large value makes a session killed
 mid-run leave no history chunk at all, as one killed in its first seconds.
@@ -35,8 +35,6 @@ import time
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# tests/ on the path: the support package and fake_credentials live there.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 EXAMPLES = 512
 BATCH = 16
@@ -120,12 +118,12 @@ def main() -> int:
             steps_done["raised"] = True
             raise tf.errors.UnavailableError(None, None, "Socket closed")
 
-    from drive_emulator import emulator_options
+    from support.drive_emulator import emulator_options
 
     options = emulator_options(args.run_dir, args.endpoint) if args.endpoint else None
     credentials = None
     if args.expiring_token and options:
-        from fake_credentials import ExpiringCredentials
+        from support.fake_credentials import ExpiringCredentials
 
         credentials = options["token"] = ExpiringCredentials()
     agent = Agent(

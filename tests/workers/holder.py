@@ -1,6 +1,7 @@
 """A lease holder in its own process, for tests that kill it for real.
 
-    python tests/workers/holder.py RUN_DIR --endpoint URL [--heartbeat S] [--mode M]
+    PYTHONPATH=tests python tests/workers/holder.py RUN_DIR --endpoint URL
+        [--heartbeat S] [--mode M]
 
 Modes: ``train`` advances the step; ``stall`` beats without progress;
 ``race`` tries to take the run once and reports WON or LOST (for lease
@@ -23,7 +24,6 @@ import time
 import uuid
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> int:
@@ -56,7 +56,7 @@ def main() -> int:
             return dataclasses.replace(real, boot_id=str(uuid.uuid4()))
         return real
 
-    from drive_emulator import emulator_options
+    from support.drive_emulator import emulator_options
 
     options = emulator_options(args.run_dir, args.endpoint) if args.endpoint else None
     storage = Storage(args.run_dir, options)

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def wait_to_be_killed(*_: object, **__: object) -> None:

@@ -1,7 +1,7 @@
 """Two-phase training through the lighter path, maybe dying on the way.
 
-    python tests/workers/light_worker.py RUN_DIR OUT.npz [--kill-at-step N]
-        [--raise-at-step N] [--between-seconds S]
+    PYTHONPATH=tests python tests/workers/light_worker.py RUN_DIR OUT.npz
+        [--kill-at-step N] [--raise-at-step N] [--between-seconds S]
 
 ``agent.restore(model, epochs=4)``, then the user's own ``model.fit`` calls:
 phase 1 trains epochs 0-1, phase 2 lowers the learning rate and trains
@@ -21,8 +21,6 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# tests/ on the path: the support package and fake_credentials live there.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SPE, BATCH, EPOCHS, PHASE_1 = 12, 16, 4, 2
 

@@ -1,7 +1,7 @@
 """A session that races for a run and "commits" like the checkpoint manager.
 
-    python tests/workers/race_committer.py RUN_DIR --endpoint URL --go FILE
-        --log FILE
+    PYTHONPATH=tests python tests/workers/race_committer.py RUN_DIR --endpoint URL
+        --go FILE --log FILE
 
 Takes the run with ``takeover=True`` once the go file exists (so several
 racers start together: support.starting), then commits marker objects the
@@ -24,7 +24,6 @@ import sys
 import time
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> int:
@@ -35,7 +34,7 @@ def main() -> int:
     parser.add_argument("--log", required=True)
     args = parser.parse_args()
 
-    from drive_emulator import emulator_options
+    from support.drive_emulator import emulator_options
     from support.starting import wait_for_go
 
     from colab_resume.errors import FencedError, LeaseRaceError

@@ -1,7 +1,8 @@
 """A training process that logs to the experiment trackers, for tests that kill it.
 
-    python tests/workers/tracker_worker.py RUN_DIR [--tensorboard LOG_DIR]
-        [--mlflow TRACKING_URI] [--wandb WANDB_DIR] [--kill-at-step N]
+    PYTHONPATH=tests python tests/workers/tracker_worker.py RUN_DIR
+        [--tensorboard LOG_DIR] [--mlflow TRACKING_URI] [--wandb WANDB_DIR]
+        [--kill-at-step N]
 
 Trains a small Keras model (one Dense layer) through ``Agent.fit`` for 3
 epochs of 60 steps, with validation, a checkpoint every 70 steps, and the
@@ -22,7 +23,6 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Long enough that W&B's offline writer has put its first block of rows on
 # disk (it writes 32 KiB at a time: some 80 rows) past the checkpoint of

@@ -14,9 +14,9 @@ import subprocess
 import sys
 import tempfile
 
-from emulator import _die_with_parent, _free_port, wait_until_serving
+from support.emulator import _die_with_parent, _free_port, wait_until_serving
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULES = os.path.join(ROOT, "build", "drive-mock", "node_modules")
 SERVER = os.path.join(ROOT, "tests", "drive_mock", "server.js")
 TOKEN = "valid-token"

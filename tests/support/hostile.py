@@ -1,16 +1,18 @@
-"""Helpers of the hostile-run-directory tests: a run to damage, a CLI to read it."""
+"""Helpers of the hostile-run-directory tests (``tests/hostile``): a run to
+damage, a CLI to read it."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
+from collections.abc import Callable
 
 from colab_resume.checkpoint import CheckpointManager
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.storage import Storage
+from support import waiting
 
 
 def stopped_run(url: str, options: dict) -> Storage:
@@ -71,9 +73,6 @@ def crashed(result: subprocess.CompletedProcess) -> bool:
     return "Traceback" in result.stderr
 
 
-def wait_for(condition, timeout: float = 20.0) -> None:
+def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> None:
     """Poll ``condition`` until it holds; fail the test after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s"
-        time.sleep(0.05)
+    waiting.wait_for(condition, timeout, "the condition")

@@ -1,7 +1,7 @@
 """Google credentials whose tokens a checking proxy rejects after a short life.
 
 The GCS emulator accepts any token, so token expiry is enforced by
-:meth:`faultproxy.FaultProxy.require_tokens` with :func:`token_check`:
+:meth:`support.faultproxy.FaultProxy.require_tokens` with :func:`token_check`:
 each token carries the time it was issued, and the proxy answers 401
 "Invalid Credentials" once it is older than ``lifetime`` seconds.
 
