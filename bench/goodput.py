@@ -2,7 +2,7 @@
 
     python bench/goodput.py [--mean-between-deaths 60] [--seed 0]
         [--epochs 8] [--steps-per-epoch 1500] [--cadences 10,100,1000]
-        [--floor 1] [--json results.json] [--keep DIR]
+        [--floor 1] [--prior 120] [--json results.json] [--keep DIR]
 
 One run of a small Keras workload (an MLP, TensorFlow on CPU) per
 contender, each SIGKILLed at the same Poisson times (exponential gaps of
@@ -10,9 +10,11 @@ contender, each SIGKILLed at the same Poisson times (exponential gaps of
 contender's first launch) and rerun at once, until it finishes:
 
 - ``cr@N``: ``Agent.fit`` on a local run directory, a save every N steps;
-- ``cr@auto``: ``save_every="auto"`` with ``--floor`` as its floor (the
-  default 30 s floor is for deaths hours apart; this bench compresses a
-  day of deaths into minutes, so it lowers the floor, nothing else);
+- ``cr@auto``: ``save_every="auto"`` with ``--floor`` as its floor and
+  ``--prior`` as its prior time between failures. The defaults (a 30 s
+  floor, a one-hour prior) are for deaths hours apart; this bench
+  compresses a day of deaths into minutes, so it scales both by the same
+  factor (30 s -> 1 s, 1 h -> 2 min), nothing else;
 - ``bar``: Keras ``model.fit`` with ``BackupAndRestore`` (a save at every
   epoch's end, Keras' default), resumed by running the same script again.
 
@@ -144,7 +146,11 @@ def worker(args: argparse.Namespace) -> None:
         )
         cadence = args.contender.split("@", 1)[1]
         options: dict[str, Any] = (
-            {"save_every": "auto", "save_every_floor_seconds": args.floor}
+            {
+                "save_every": "auto",
+                "save_every_floor_seconds": args.floor,
+                "save_every_prior_seconds": args.prior,
+            }
             if cadence == "auto"
             else {"save_every_steps": int(cadence), "save_every_seconds": None}
         )
@@ -184,6 +190,7 @@ def run_contender(
     command += ["--run-dir", run_dir, "--events", events]
     command += ["--epochs", str(args.epochs), "--steps-per-epoch"]
     command += [str(args.steps_per_epoch), "--floor", str(args.floor)]
+    command += ["--prior", str(args.prior)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
     pending = list(deaths)
     kills: list[float] = []
@@ -327,6 +334,7 @@ def main() -> None:
     parser.add_argument("--steps-per-epoch", type=int, default=1500)
     parser.add_argument("--cadences", default="10,100,1000")
     parser.add_argument("--floor", type=float, default=1.0)
+    parser.add_argument("--prior", type=float, default=120.0)
     parser.add_argument("--contenders", help="comma-separated subset to run")
     parser.add_argument("--json", help="write every figure here")
     parser.add_argument(

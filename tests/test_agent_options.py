@@ -23,7 +23,7 @@ from colab_resume.runtime.options import ConnectOptions
 
 _NAMES = (
     "save_every_steps, save_every_seconds, save_every, save_every_floor_seconds, "
-    "save_every_ceiling_seconds, keep, keep_every_steps, "
+    "save_every_ceiling_seconds, save_every_prior_seconds, keep, keep_every_steps, "
     "heartbeat_seconds, dead_after_seconds, stall_after_seconds, takeover, "
     "storage_options, prefer, cpu_replicas, precision, max_recoveries, "
     "recovery_backoff_seconds, lifetime_seconds, storage_retry_seconds, run_id, "
@@ -263,6 +263,7 @@ def test_the_defaults_are_the_parts_defaults():
         "save_every": None,
         "save_every_floor_seconds": defaults.AUTO_SAVE_FLOOR_SECONDS,
         "save_every_ceiling_seconds": defaults.AUTO_SAVE_CEILING_SECONDS,
+        "save_every_prior_seconds": defaults.PRIOR_BETWEEN_FAILURES_SECONDS,
         "keep": defaults.KEEP,
         "keep_every_steps": None,
         "heartbeat_seconds": defaults.HEARTBEAT_SECONDS,

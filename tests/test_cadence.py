@@ -39,6 +39,20 @@ def test_failures_seen_pull_the_interval_towards_what_they_say():
     assert "3 seen" in choice.describe()
 
 
+def test_the_prior_is_the_users_to_set():
+    """``save_every_prior_seconds`` reaches the chooser: a platform known to
+    kill sessions every few minutes is believed before any death is seen."""
+    from colab_resume.agent.options import AgentOptions
+
+    options = AgentOptions(save_every="auto", save_every_prior_seconds=300.0)
+    assert options.triggers.auto_prior_seconds == 300.0
+    timings = Timings(save=2.0, saves=4, step_seconds=0.0)
+    choice = AutoCadence(
+        Evidence(), timings, floor=1.0, prior=options.triggers.auto_prior_seconds
+    ).choose()
+    assert choice.seconds == pytest.approx(math.sqrt(2 * 0.5 * 300.0))
+
+
 def test_the_first_save_comes_at_the_floor_to_measure_one():
     choice = AutoCadence(Evidence(), Timings(), floor=45.0).choose()
     assert choice.seconds == 45.0 and choice.save_cost is None
@@ -100,6 +114,7 @@ def test_auto_off_keeps_the_fixed_triggers():
     [
         ({"save_every": "often"}, "'auto' or None"),
         ({"save_every": "auto", "save_every_floor_seconds": -1}, "floor"),
+        ({"save_every": "auto", "save_every_prior_seconds": 0}, "prior"),
         (
             {
                 "save_every": "auto",

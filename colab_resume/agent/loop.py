@@ -509,6 +509,7 @@ class RunLoop:
             self.timings,
             floor=triggers.auto_floor_seconds,
             ceiling=triggers.auto_ceiling_seconds,
+            prior=triggers.auto_prior_seconds,
             daily_upload_bytes=self.storage.store.daily_upload_bytes,
             checkpoint_bytes=lambda: manager.last_committed_bytes,
         )

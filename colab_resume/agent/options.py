@@ -31,6 +31,7 @@ _FLAT: dict[str, tuple[str, str]] = {
     "save_every": ("triggers", "every"),
     "save_every_floor_seconds": ("triggers", "auto_floor_seconds"),
     "save_every_ceiling_seconds": ("triggers", "auto_ceiling_seconds"),
+    "save_every_prior_seconds": ("triggers", "auto_prior_seconds"),
     "keep": ("checkpoints", "keep"),
     "keep_every_steps": ("checkpoints", "keep_every_steps"),
     "heartbeat_seconds": ("session", "heartbeat_seconds"),
@@ -94,6 +95,10 @@ class AgentOptions:
             chooses (30).
         save_every_ceiling_seconds (float): the longest (3600); a store's
             daily upload cap (Drive) may lengthen it beyond.
+        save_every_prior_seconds (float): what ``"auto"`` assumes of the
+            training time between failures before it has seen enough of
+            them (3600, weighed as a tenth of a failure); set it to what
+            your platform is known to do (a spot VM's typical lifetime).
         keep (int): newest committed checkpoints to keep.
         keep_every_steps (int | None): also keep every checkpoint at a multiple of this.
         heartbeat_seconds (float): interval between heartbeats (10: a rerun on a

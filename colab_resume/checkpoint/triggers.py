@@ -50,6 +50,8 @@ class TriggerOptions:
         every: ``"auto"``: the interval of :mod:`.cadence` replaces
             ``every_seconds``; None: the fixed triggers only.
         auto_floor_seconds, auto_ceiling_seconds: the bounds of ``"auto"``.
+        auto_prior_seconds: ``"auto"``'s prior training time between
+            failures (:mod:`.cadence`).
     """
 
     every_steps: int | None = None
@@ -59,6 +61,7 @@ class TriggerOptions:
     every: str | None = None
     auto_floor_seconds: float = defaults.AUTO_SAVE_FLOOR_SECONDS
     auto_ceiling_seconds: float = defaults.AUTO_SAVE_CEILING_SECONDS
+    auto_prior_seconds: float = defaults.PRIOR_BETWEEN_FAILURES_SECONDS
 
     @property
     def auto(self) -> bool:
@@ -68,7 +71,11 @@ class TriggerOptions:
         check_int("TriggerOptions.every_steps", self.every_steps, optional=True)
         for name in ("every_seconds", "lifetime_seconds"):
             check_seconds(f"TriggerOptions.{name}", getattr(self, name), optional=True)
-        for name in ("auto_floor_seconds", "auto_ceiling_seconds"):
+        for name in (
+            "auto_floor_seconds",
+            "auto_ceiling_seconds",
+            "auto_prior_seconds",
+        ):
             check_seconds(f"TriggerOptions.{name}", getattr(self, name))
         if self.every not in (None, "auto"):
             raise ValueError(
