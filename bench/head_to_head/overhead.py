@@ -4,33 +4,40 @@
         [--steps-per-epoch 20] [--save-every 10[,96...]] [--no-tf] [--profile]
 
 The head-to-head workload (``workload.py``: a 2.1M-parameter MLP under a
-2-replica MirroredStrategy on CPU), a save every 10 steps (or each of
-``--save-every``'s cadences), uninterrupted, each run a fresh process:
+2-replica MirroredStrategy on CPU), uninterrupted, each run a fresh
+process, at each of ``--save-every``'s cadences (a save every N steps):
 
 - ``plain_fit``: Keras ``model.fit``, no checkpoints (the baseline);
-- ``cr_gcs``: ``Agent.fit`` on the GCS emulator, 1 s heartbeats, once per
-  cadence (``cr_gcs@96``);
-- ``tfcm_async``: a hand-written loop saving with TensorFlow's own async
+- ``plain_loop``: the hand-written loop TF's contender trains with, no
+  checkpoints (its own baseline; not with ``--no-tf``);
+- ``cr_local``: ``Agent.fit`` on a local run directory;
+- ``tfcm_async``: the hand-written loop saving with TensorFlow's own async
   checkpointing (``tf.train.CheckpointManager``, local disk; not with
-  ``--no-tf``).
+  ``--no-tf``);
+- ``cr_gcs``: ``Agent.fit`` on the GCS emulator;
 
-The CPU column is the process's CPU seconds (all threads: training,
-TensorFlow's pools, uploads, heartbeats) over plain ``fit``'s; the storage
-server's column is the CPU the emulator used during the run (on Linux),
-which shares the cores with training here and would not on real GCS. With
-``--profile``, one more run per cadence, not timed, profiles the agent's
-training thread (cProfile) and prints where its time went.
+the agent with 1 s heartbeats. The CPU column is the process's CPU seconds
+(all threads: training, TensorFlow's pools, uploads, heartbeats) over plain
+``fit``'s. Beside each GCS contender, the CPU seconds the storage server
+(the emulator's process, read from ``/proc``) used during the run, which
+shares the cores with training here and would not on real GCS, and the
+process's CPU with the server's. With ``--profile``, one more run per agent
+contender, not timed, profiles the agent's training thread and upload
+thread (cProfile) and prints where their time went.
 
-Runs are interleaved (plain, agent, TF async, plain, ...), so noise from
-other work on the machine hits all alike. Prints, per contender, the median
-(min-max) of its whole-training time over plain ``fit``'s in the same
-round; the same for the median time of one step (the steady pace, which
-start-up, epoch ends and TensorFlow's occasional multi-second stall when it
-makes or deletes an iterator do not touch); the seconds of a run spent in
-those stalls (gaps between steps over 4x its median step), which with the
-steady pace accounts for the whole run; and the median blocking time per
-save (the wall time of the save call) — the median over runs of each run's
-median.
+Runs are interleaved (plain, loop, agent local, TF async, agent GCS, ...),
+so noise from other work on the machine hits all alike. Prints, per
+contender, the median (min-max) of its whole-training time over plain
+``fit``'s in the same round; the same for the median time of one step (the
+steady pace, which start-up, epoch ends and TensorFlow's occasional
+multi-second stall when it makes or deletes an iterator do not touch); the
+seconds of a run spent in those stalls (gaps between steps over 4x its
+median step), which with the steady pace accounts for the whole run; and
+the median blocking time per save (the wall time of the save call) — the
+median over runs of each run's median. A second table pairs runs of the
+same round that differ in one thing only: the agent's checkpointing over
+plain ``fit``, TF's over its plain loop, the GCS emulator over local disk
+for the agent, and the hand-written loop over ``fit``.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ import os
 import statistics
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -48,7 +57,28 @@ sys.path.insert(0, HERE)
 import run as head_to_head  # noqa: E402
 import scenarios  # noqa: E402
 
-CONTENDERS = ("plain_fit", "cr_gcs", "tfcm_async")
+CONTENDERS = ("plain_fit", "plain_loop", "cr_local", "tfcm_async", "cr_gcs")
+LABELS = {
+    "plain_fit": "plain `fit`, no checkpoints",
+    "plain_loop": "plain hand-written loop, no checkpoints",
+    "cr_local": "colab_resume, local disk",
+    "tfcm_async": "TF `CheckpointManager` async, local disk",
+    "cr_gcs": "colab_resume, GCS emulator",
+}
+# Contenders whose store is the emulator, a process of its own.
+ON_SERVER = ("cr_gcs",)
+
+
+def plan_runs(cadences: list[int], tf: bool) -> dict[str, dict]:
+    """Run name (``contender`` or ``contender@cadence``) -> its worker plan."""
+    plans: dict[str, dict] = {"plain_fit": {"save_every": cadences[0]}}
+    if tf:
+        plans["plain_loop"] = {"save_every": cadences[0]}
+    for cadence in cadences:
+        for contender in ("cr_local", "tfcm_async", "cr_gcs"):
+            if tf or contender != "tfcm_async":
+                plans[f"{contender}@{cadence}"] = {"save_every": cadence}
+    return plans
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,16 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--steps-per-epoch", type=int, default=20)
     parser.add_argument("--save-every", default="10")
-    parser.add_argument("--no-tf", action="store_true", help="skip tfcm_async")
+    parser.add_argument(
+        "--no-tf", action="store_true", help="skip plain_loop and tfcm_async"
+    )
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
     cadences = [int(c) for c in args.save_every.split(",")]
-    plans: dict[str, dict] = {"plain_fit": {"save_every": cadences[0]}}
-    for cadence in cadences:
-        name = "cr_gcs" if len(cadences) == 1 else f"cr_gcs@{cadence}"
-        plans[name] = {"save_every": cadence}
-    if not args.no_tf:
-        plans["tfcm_async"] = {"save_every": cadences[0]}
+    plans = plan_runs(cadences, tf=not args.no_tf)
+    started = time.perf_counter()
     emulator = head_to_head._load_emulator()()
     emulator.create_bucket(scenarios.BUCKET)
     runs: dict[str, list[dict]] = {c: [] for c in plans}
@@ -82,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                         _timed(runner, name, {**shape, **plan}, emulator.process.pid)
                     )
             for name, plan in plans.items() if args.profile else ():
-                if name.startswith("cr_gcs"):
+                if name.startswith("cr_"):
+                    print(f"[overhead] profile: {name}", file=sys.stderr)
                     out = os.path.join(root, f"profile-{len(profiles)}.json")
                     _timed(runner, name, {**shape, **plan, "profile": out})
                     with open(out) as handle:
@@ -90,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         emulator.stop()
     print(report(runs, args))
+    print("\n" + pairs(runs, cadences))
     if profiles:
         print("\n" + profile_table(profiles))
+    print(f"\n(the whole command took {time.perf_counter() - started:.0f} s)")
     return 0
 
 
@@ -136,25 +167,47 @@ def _timed(
 
 
 def profile_table(profiles: dict[str, dict]) -> str:
-    """Seconds of the agent's training thread per part, per cadence."""
+    """Seconds of the agent's training and upload threads per part, per run."""
     names = list(profiles)
+
+    def row(label: str, values: list[str]) -> str:
+        return f"| {label} | " + " | ".join(values) + " |"
+
     lines = [
-        "Training thread, cProfile (one untimed run each; cumulative seconds, "
-        "nested parts overlap):",
+        "Where the agent's time went, cProfile (one untimed run each; "
+        "cumulative wall seconds, nested parts overlap):",
         "",
-        "| part | " + " | ".join(names) + " |",
+        row("part", [_label(n) for n in names]),
         "|---|" + "---|" * len(names),
+        row(
+            "whole training (profiled)",
+            [f"{profiles[n]['train_s']:.2f}" for n in names],
+        ),
+        row("process CPU seconds", [f"{profiles[n]['cpu_s']:.2f}" for n in names]),
+        row("**training thread**", [""] * len(names)),
     ]
-    lines.append(
-        "| whole training (profiled) | "
-        + " | ".join(f"{profiles[n]['train_s']:.2f}" for n in names)
-        + " |"
-    )
     for part in profiles[names[0]]["parts"]:
         lines.append(
-            f"| {part} | "
-            + " | ".join(f"{profiles[n]['parts'][part]:.3f}" for n in names)
-            + " |"
+            row(part, [f"{profiles[n]['parts'].get(part, 0.0):.3f}" for n in names])
+        )
+    uploads = [profiles[n].get("upload") or {} for n in names]
+    lines += [
+        row("**upload thread**", [""] * len(names)),
+        row("upload jobs (saves)", [str(u.get("jobs", "-")) for u in uploads]),
+        row("jobs' wall seconds", [f"{u.get('wall_s', 0.0):.3f}" for u in uploads]),
+        row(
+            "upload thread's CPU seconds",
+            [f"{u.get('cpu_s', 0.0):.3f}" for u in uploads],
+        ),
+        row(
+            "transfer pool threads' CPU seconds",
+            [f"{u.get('pool_cpu_s', 0.0):.3f}" for u in uploads],
+        ),
+    ]
+    labels = next((list(u["parts"]) for u in uploads if u.get("parts")), [])
+    for part in labels:
+        lines.append(
+            row(part, [f"{u.get('parts', {}).get(part, 0.0):.3f}" for u in uploads])
         )
     return "\n".join(lines)
 
@@ -180,44 +233,124 @@ def _stalls(steps: list[dict]) -> float:
     return sum(gap for gap in gaps if gap > 4 * median)
 
 
+def _label(name: str) -> str:
+    contender, _, cadence = name.partition("@")
+    return LABELS[contender] + (f", every {cadence}" if cadence else "")
+
+
+def _with_server(run: dict, name: str) -> float | None:
+    """The run's CPU seconds, with the storage server's for a GCS contender."""
+    if not run["cpu_s"]:
+        return None
+    if name.split("@")[0] in ON_SERVER:
+        if run.get("server_cpu_s") is None:
+            return None
+        return float(run["cpu_s"] + run["server_cpu_s"])
+    return float(run["cpu_s"])
+
+
+def _spread(values: list[float], bold: bool = False) -> str:
+    """Median (min-max), the median in bold if asked."""
+    values = sorted(values)
+    median = f"{statistics.median(values):.3f}"
+    if bold:
+        median = f"**{median}**"
+    return f"{median} ({values[0]:.3f}-{values[-1]:.3f})"
+
+
+def command(args: argparse.Namespace) -> str:
+    return (
+        f"python bench/head_to_head/overhead.py --repeats {args.repeats} "
+        f"--epochs {args.epochs} --steps-per-epoch {args.steps_per_epoch} "
+        f"--save-every {args.save_every}{' --no-tf' if args.no_tf else ''}"
+        f"{' --profile' if args.profile else ''}"
+    )
+
+
 def report(runs: dict[str, list[dict]], args: argparse.Namespace) -> str:
-    base = [r["train_s"] for r in runs["plain_fit"]]
-    base_step = [r["step_s"] for r in runs["plain_fit"]]
-    base_cpu = [r["cpu_s"] for r in runs["plain_fit"]]
+    base = runs["plain_fit"]
     steps = args.epochs * args.steps_per_epoch
     lines = [
-        f"`python bench/head_to_head/overhead.py --repeats {args.repeats} "
-        f"--epochs {args.epochs} --steps-per-epoch {args.steps_per_epoch} "
-        f"--save-every {args.save_every}{' --no-tf' if args.no_tf else ''}` "
-        f"({steps} steps; a save every N steps as named, plain fit none)",
+        f"`{command(args)}` ({steps} steps; a save every N steps as named, "
+        "the baselines none; ratios over plain fit's run in the same round)",
         "",
         "| contender | training time, median | / plain fit, median (min-max) "
         "| step time / plain fit's, median (min-max) | CPU / plain fit's, median "
+        "| storage server CPU, median | CPU with the server's / plain fit's, median "
         "| stalls (gaps over 4x the median step), median (min-max) "
-        "| blocking per save, median | storage server CPU, median |",
-        "|---|---|---|---|---|---|---|---|",
+        "| blocking per save, median |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for contender, rows in runs.items():
+    for name, rows in runs.items():
+        on_server = name.split("@")[0] in ON_SERVER
         times = [r["train_s"] for r in rows]
-        ratios = sorted(t / b for t, b in zip(times, base, strict=True))
-        paces = sorted(r["step_s"] / b for r, b in zip(rows, base_step, strict=True))
-        cpus = sorted(
-            r["cpu_s"] / b
-            for r, b in zip(rows, base_cpu, strict=True)
-            if r["cpu_s"] and b
-        )
+        ratios = [r["train_s"] / b["train_s"] for r, b in zip(rows, base, strict=True)]
+        paces = [r["step_s"] / b["step_s"] for r, b in zip(rows, base, strict=True)]
+        cpus = [
+            r["cpu_s"] / b["cpu_s"]
+            for r, b in zip(rows, base, strict=True)
+            if r["cpu_s"] and b["cpu_s"]
+        ]
+        totals = [
+            spent / b["cpu_s"]
+            for r, b in zip(rows, base, strict=True)
+            if (spent := _with_server(r, name)) is not None and b["cpu_s"]
+        ]
         blocks = [r["block_s"] for r in rows if r["block_s"] is not None]
         block = f"{statistics.median(blocks) * 1e3:.1f} ms" if blocks else "-"
         cpu = f"{statistics.median(cpus):.3f}" if cpus else "-"
         served = [r["server_cpu_s"] for r in rows if r.get("server_cpu_s") is not None]
-        server = f"{statistics.median(served):.2f} s" if served else "-"
+        server = f"{statistics.median(served):.2f} s" if served and on_server else "-"
+        total = f"{statistics.median(totals):.3f}" if totals and on_server else "-"
         stalls = sorted(r["stall_s"] for r in rows)
         lines.append(
-            f"| {contender} | {statistics.median(times):.2f} s "
-            f"| **{statistics.median(ratios):.3f}** ({ratios[0]:.3f}-{ratios[-1]:.3f}) "
-            f"| {statistics.median(paces):.3f} ({paces[0]:.3f}-{paces[-1]:.3f}) "
-            f"| {cpu} | {statistics.median(stalls):.2f} s "
-            f"({stalls[0]:.2f}-{stalls[-1]:.2f}) | {block} | {server} |"
+            f"| {_label(name)} | {statistics.median(times):.2f} s "
+            f"| {_spread(ratios, bold=True)} | {_spread(paces)} | {cpu} | {server} "
+            f"| {total} | {statistics.median(stalls):.2f} s "
+            f"({stalls[0]:.2f}-{stalls[-1]:.2f}) | {block} |"
+        )
+    return "\n".join(lines)
+
+
+def pairs(runs: dict[str, list[dict]], cadences: list[int]) -> str:
+    """Runs of the same round that differ in one thing, one over the other."""
+    wanted: list[tuple[str, str, str]] = []
+    for cadence in cadences:
+        wanted += [
+            (f"cr_local@{cadence}", "plain_fit", "the agent's checkpoints"),
+            (f"tfcm_async@{cadence}", "plain_loop", "TF's async checkpoints"),
+            (f"cr_gcs@{cadence}", f"cr_local@{cadence}", "the store"),
+        ]
+    wanted.append(("plain_loop", "plain_fit", "the training loop"))
+    lines = [
+        "Each difference, one cause (per round: the first run over the second "
+        "of the same round; median (min-max); CPU with the storage server's):",
+        "",
+        "| runs | what differs | whole run | step time | CPU, median |",
+        "|---|---|---|---|---|",
+    ]
+    measures: dict[str, Callable[[dict, str], float | None]] = {
+        "train": lambda r, n: r["train_s"],
+        "step": lambda r, n: r["step_s"],
+        "cpu": lambda r, n: _with_server(r, n),
+    }
+    for top, bottom, cause in wanted:
+        if top not in runs or bottom not in runs:
+            continue
+        cells = {}
+        for key, measure in measures.items():
+            ratios = [
+                a / b
+                for x, y in zip(runs[top], runs[bottom], strict=True)
+                if (a := measure(x, top)) is not None
+                and (b := measure(y, bottom)) is not None
+                and b
+            ]
+            cells[key] = ratios
+        cpu = f"{statistics.median(cells['cpu']):.3f}" if cells["cpu"] else "-"
+        lines.append(
+            f"| {_label(top)} / {_label(bottom)} | {cause} "
+            f"| {_spread(cells['train'])} | {_spread(cells['step'])} | {cpu} |"
         )
     return "\n".join(lines)
 

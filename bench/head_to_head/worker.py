@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -110,7 +111,7 @@ def _train(
             dead_after_seconds=3.0,
             storage_options=(
                 {"token": "anon", "endpoint_url": args.endpoint}
-                if args.endpoint
+                if args.endpoint and args.contender == "cr_gcs"
                 else None
             ),
             prefer="cpu",
@@ -135,7 +136,7 @@ def _train(
         directory=args.directory,
     )
     events.emit("train_begin")
-    profiler = _Profile() if args.profile else None
+    profiler = _Profile(uploads=agent is not None) if args.profile else None
     started = time.perf_counter()
     cpu_started = os.times()
     if args.contender == "plain_fit":
@@ -164,51 +165,167 @@ def _train(
 
 
 class _Profile:
-    """cProfile of the training thread, summed into the agent's own parts.
+    """cProfile of the training thread and of the upload thread, summed into
+    the agent's own parts.
 
-    Only the training thread is profiled (the upload and heartbeat threads
-    are seen through the process's CPU time); a profiled run is slower, so
-    it is never one of the timed rounds.
+    The training thread is profiled from here on. Each upload job is
+    profiled on the agent's upload thread (its ``Uploader._run`` wrapped,
+    from outside the package), with that thread's CPU seconds. The
+    transfer pool's threads (copies or HTTP uploads to the store) are not
+    profiled, but their CPU seconds are counted; the heartbeat thread is
+    seen only through the process's CPU time. cProfile's times are wall
+    time. A profiled run is slower, so it is never one of the timed rounds.
     """
 
     # Where the agent's time on the training thread goes, by function.
     PARTS = {
-        "step duties (after every step)": ("steps.py", "after_step"),
-        "save: snapshot (metrics, extras, fingerprint)": ("keras_fit.py", "snapshot"),
+        "step duties (after every step, saves included)": (
+            "agent/steps.py",
+            "after_step",
+        ),
+        "save, whole (the agent's Steps.save)": ("agent/steps.py", "save"),
+        "save: snapshot (metrics, extras, fingerprint)": (
+            "agent/keras_fit.py",
+            "snapshot",
+        ),
         "save: data fingerprint (make_dataset + 1st batch)": (
-            "fingerprints.py",
+            "data/fingerprints.py",
             "record",
         ),
-        "save: host copy of the variables": ("state.py", "write"),
-        "save: wait for the previous upload": ("manager.py", "_wait_for_upload"),
-        "epoch datasets (make_dataset)": ("keras_fit.py", "_epoch_data"),
-        "restore (none on a fresh run)": ("manager.py", "restore"),
-        "lease and session (take the run)": ("loop.py", "take_run"),
-        "final save + wait for its commit": ("loop.py", "finish"),
+        "save: CheckpointManager.save (wait, staging dir, variables)": (
+            "checkpoint/manager.py",
+            "save",
+        ),
+        "save: wait for the previous upload": (
+            "checkpoint/manager.py",
+            "_wait_for_upload",
+        ),
+        "save: an old staging dir removed": ("shutil.py", "rmtree"),
+        "save: snapshot of the variables (ArrayState.write)": (
+            "portable/state.py",
+            "write",
+        ),
+        "epoch datasets (make_dataset)": ("agent/keras_fit.py", "_epoch_data"),
+        "restore (none on a fresh run)": ("checkpoint/manager.py", "restore"),
+        "lease and session (take the run)": ("agent/loop.py", "take_run"),
+        "final save + wait for its commit": ("agent/loop.py", "finish"),
         "Keras fit (everything, agent hooks included)": ("trainer.py", "fit"),
     }
 
-    def __init__(self) -> None:
+    # Where the upload thread's time goes, by function (one job per save).
+    UPLOAD_PARTS = {
+        "upload jobs, whole": ("checkpoint/manager.py", "_upload_and_commit"),
+        "sync, whole (ArrayState.sync)": ("portable/state.py", "sync"),
+        "sync: shards serialised and written to staging": (
+            "portable/shards.py",
+            "write_shards",
+        ),
+        "sync: of which CRC32C": ("storage/checksum.py", "update"),
+        "sync: one-call read traced (first save)": (
+            "portable/state.py",
+            "_trace_reader",
+        ),
+        "transfer to the store (waits on its thread pool)": (
+            "checkpoint/transfer.py",
+            "upload",
+        ),
+        "manifest written (commit)": ("storage/store.py", "write_json"),
+        "old checkpoints pruned": ("checkpoint/manager.py", "_prune_quietly"),
+        "staging dir removed": ("shutil.py", "rmtree"),
+    }
+
+    def __init__(self, uploads: bool) -> None:
         import cProfile
+        import threading
 
         self.profile = cProfile.Profile()
+        self.upload_profile = cProfile.Profile()
+        self.upload_jobs = 0
+        self.upload_cpu_s = 0.0
+        self.upload_wall_s = 0.0
+        self.pool_cpu_s = 0.0
+        self._pool_lock = threading.Lock()
+        # Held by the upload thread while a job is profiled.
+        self._upload_lock = threading.Lock()
+        if uploads:
+            self._wrap_uploads()
         self.profile.enable()
 
-    def write(self, path: str, seconds: float, cpu_s: float) -> None:
-        import json
+    def _wrap_uploads(self) -> None:
+        from colab_resume.checkpoint import uploader
+
+        original = uploader.Uploader._run
+        profiler = self
+
+        def run(self: Any, name: str, job: Any) -> None:
+            with profiler._upload_lock:
+                cpu, wall = time.thread_time(), time.perf_counter()
+                profiler.upload_profile.enable()
+                try:
+                    original(self, name, job)
+                finally:
+                    profiler.upload_profile.disable()
+                    profiler.upload_jobs += 1
+                    profiler.upload_cpu_s += time.thread_time() - cpu
+                    profiler.upload_wall_s += time.perf_counter() - wall
+
+        uploader.Uploader._run = run  # type: ignore[method-assign]
+
+        # The transfer pool's threads: their CPU seconds, not their profile.
+        from colab_resume.checkpoint import transfer
+
+        run_all = transfer._run_all
+
+        def timed_run_all(func: Any, items: Any, workers: int) -> None:
+            def timed(item: Any) -> None:
+                cpu = time.thread_time()
+                try:
+                    func(item)
+                finally:
+                    spent = time.thread_time() - cpu
+                    with profiler._pool_lock:
+                        profiler.pool_cpu_s += spent
+
+            run_all(timed, items, workers)
+
+        transfer._run_all = timed_run_all
+
+    @staticmethod
+    def _parts(profile: Any, parts: dict[str, tuple[str, str]]) -> dict[str, float]:
         import pstats
 
-        self.profile.disable()
-        stats = pstats.Stats(self.profile).stats  # type: ignore[attr-defined]
-        parts: dict[str, float] = {}
-        for label, (file_end, function) in self.PARTS.items():
-            parts[label] = sum(
+        stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+        return {
+            label: sum(
                 value[3]
                 for (file, _, name), value in stats.items()
                 if name == function and file.endswith(file_end)
             )
+            for label, (file_end, function) in parts.items()
+        }
+
+    def write(self, path: str, seconds: float, cpu_s: float) -> None:
+        import json
+
+        self.profile.disable()
+        parts = self._parts(self.profile, self.PARTS)
+        with self._upload_lock:  # the last job's profile is complete
+            upload = {
+                "jobs": self.upload_jobs,
+                "wall_s": self.upload_wall_s,
+                "cpu_s": self.upload_cpu_s,
+                "pool_cpu_s": self.pool_cpu_s,
+                "parts": (
+                    self._parts(self.upload_profile, self.UPLOAD_PARTS)
+                    if self.upload_jobs
+                    else {}
+                ),
+            }
         with open(path, "w") as out:
-            json.dump({"train_s": seconds, "cpu_s": cpu_s, "parts": parts}, out)
+            json.dump(
+                {"train_s": seconds, "cpu_s": cpu_s, "parts": parts, "upload": upload},
+                out,
+            )
 
 
 if __name__ == "__main__":
