@@ -24,7 +24,7 @@ product reports from its run directory (``read_goodput``, what
 ``colab-resume status`` prints), with the difference in percentage points.
 
 The bench's truth: the total is from the first launch to the worker's
-last record (training done and the agent closed; the interpreter's own
+first "done" record (training done and the agent closed; the interpreter's own
 teardown after it, a second or two of TensorFlow's, is not the run's: a
 notebook's kernel lives on), on the one machine's clock; a step's time is
 the gap between its end and the previous step's end in the same process,
@@ -248,6 +248,8 @@ def truth(path: str, launched: float) -> dict[str, Any]:
             kept[step] = seconds
 
     for record in records:
+        if record["ev"] == "done":
+            break
         if record["ev"] == "start":
             close(process)
             process, previous, saved_since = [], None, 0.0
@@ -259,8 +261,9 @@ def truth(path: str, launched: float) -> dict[str, Any]:
             process.append((record["step"], max(0.0, gap)))
             previous, saved_since = record["wall"], 0.0
     close(process)
-    total = records[-1]["wall"] - launched  # the last run's "done"
-    assert records[-1]["ev"] == "done", records[-1]
+    # Training ended at the first "done": a kill that lands while that
+    # process exits makes one more run, which finds the run completed.
+    total = next(r["wall"] for r in records if r["ev"] == "done") - launched
     productive = sum(kept.values())
     return {
         "total_seconds": total,
