@@ -146,6 +146,32 @@ def test_time_a_killed_session_trained_past_its_last_beat_is_not_downtime_too():
     assert result.buckets[gp.RECOVERY] == pytest.approx(1130 - 1022.89 + 0.5 + 1.0)
 
 
+def test_a_tally_of_a_sessions_first_steps_prices_only_those():
+    """Session 2 was killed long after its first history chunk, whose tally
+    covers its first 30 steps (just after the restore: 6 ms each); it trained
+    1,000. Those 30 count at their measured time, the other 970 at the
+    run's ideal step (session 1's steady 5 ms), not all at 6 ms."""
+    sessions = [
+        Session(
+            lease=1, started_at=1000.0, ended_at=1100.0, first_step=0,
+            last_step=10_000, end=DIED,
+        ),
+        Session(
+            lease=2, started_at=1101.0, ended_at=1110.0, first_step=10_000,
+            last_step=11_000, end=COMPLETED_END,
+        ),
+    ]  # fmt: skip
+    timings = {
+        1: tally(step_seconds=50.0, steps=10_000),
+        2: tally(step_seconds=0.18, steps=30),
+    }
+    result = gp.compute(report(sessions, timings))
+    ideal = 50.18 / 10_030
+    assert result.ideal_step == pytest.approx(ideal)
+    second = result.sessions[1]
+    assert second.productive == pytest.approx(0.18 + 970 * ideal)
+
+
 def test_a_process_counts_its_launch_once_and_a_kernel_never(monkeypatch):
     monkeypatch.setattr(timings_module, "_launch_counted", False)
     age = timings_module.script_launch_seconds()

@@ -400,12 +400,12 @@ def _session_share(
 ) -> SessionGoodput:
     """Where one session's ``wall`` seconds went."""
     buckets = dict.fromkeys(BUCKETS, 0.0)
-    step = (timings.step_time if timings else None) or ideal or 0.0
     trained = (
         session.last_step - session.first_step
         if session.first_step is not None and session.last_step is not None
         else 0
     )
+    step = _step_time(timings, ideal, trained + sum(in_session))
     redone = (session.redone[1] - session.redone[0]) if session.redone else 0
     redone += sum(in_session)
     trained += sum(in_session)
@@ -430,6 +430,23 @@ def _session_share(
     return SessionGoodput(
         session.lease, seconds, productive, buckets, measured=timings is not None
     )
+
+
+def _step_time(timings: Timings | None, ideal: float | None, trained: int) -> float:
+    """One step's seconds in a session that trained ``trained`` steps.
+
+    Its tally's own steps at their measured time, the rest at the run's
+    ideal step: a session killed long after its last history chunk sent a
+    tally of its first steps only (just after the compile and the restore,
+    slower than its steady ones), which would price every later step too.
+    """
+    own = timings.step_time if timings else None
+    if not own or timings is None:
+        return ideal or 0.0
+    if ideal is None or trained <= timings.steps:
+        return own
+    rest = trained - timings.steps
+    return (timings.step_seconds + rest * ideal) / trained
 
 
 def best_cadence(result: Goodput, saves: int, save_seconds: float) -> Cadence | None:
