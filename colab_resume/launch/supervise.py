@@ -53,7 +53,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume.errors import StorageError, StorageUnavailableError
+from colab_resume.errors import StorageError
 from colab_resume.heartbeat import liveness
 from colab_resume.heartbeat.liveness import RunStatus
 from colab_resume.protocol import rundir
@@ -175,7 +175,7 @@ class Supervisor:
             return liveness.read_status(
                 self.storage, dead_after_seconds=self.dead_after_seconds
             )
-        except (StorageUnavailableError, StorageError) as exc:  # may pass
+        except StorageError as exc:  # an outage or a damaged record: may pass
             self.say(f"storage unreadable, retrying: {redact(str(exc))}")
             return None
 
