@@ -8,7 +8,12 @@ while ``C`` is small beside ``M``, as a save's blocking part is here: the
 upload runs beside training).
 
 ``C`` is measured: the mean blocking time of this run's saves, earlier
-sessions' included (:mod:`colab_resume.report.timings`). ``M`` is what the
+sessions' included (:mod:`colab_resume.report.timings`), leaving out each
+build's first save while later ones have been measured: that one also sets
+up what the others reuse (60 ms where the next take 1 ms, on a small
+model), a cost paid once whatever the interval, like a first step's
+compile; counted in, it priced every save fifty times too high and held
+the interval far above its optimum. ``M`` is what the
 run directory shows — training time over deaths and accelerator losses,
 all sessions — blended with a stated prior so a run with no failure yet
 still saves: ``M = (W + k·M₀) / (F + k)`` with ``W`` seconds trained, ``F``
@@ -33,7 +38,7 @@ import math
 from collections.abc import Callable
 
 from colab_resume import defaults
-from colab_resume.report.timings import Timings, duration
+from colab_resume.report.timings import Timings, duration, mean_save
 
 PRIOR_BETWEEN_FAILURES = defaults.PRIOR_BETWEEN_FAILURES_SECONDS  # M₀
 PRIOR_WEIGHT = defaults.PRIOR_WEIGHT_FAILURES  # k
@@ -52,12 +57,16 @@ class Evidence:
         training: seconds of training they measured.
         failures: their deaths and accelerator losses.
         save_seconds, saves: their saves' blocking time, and how many.
+        first_save_seconds, first_saves: the part of those that was each
+            build's first save.
     """
 
     training: float = 0.0
     failures: int = 0
     save_seconds: float = 0.0
     saves: int = 0
+    first_save_seconds: float = 0.0
+    first_saves: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,8 +129,12 @@ class AutoCadence:
     def choose(self) -> Choice:
         """The interval now, from everything measured so far."""
         ev, now = self.evidence, self.timings
-        saves = ev.saves + now.saves
-        cost = (ev.save_seconds + now.save) / saves if saves else None
+        cost = mean_save(
+            ev.save_seconds + now.save,
+            ev.saves + now.saves,
+            ev.first_save_seconds + now.first_save,
+            ev.first_saves + now.first_saves,
+        )
         trained = ev.training + now.step_seconds + now.first_step
         failures = ev.failures + now.recoveries
         between = (trained + PRIOR_WEIGHT * self.prior) / (failures + PRIOR_WEIGHT)
@@ -139,3 +152,4 @@ class AutoCadence:
             if budget > seconds:
                 seconds, limited = budget, "upload budget"
         return Choice(seconds, cost, between, failures, limited)
+

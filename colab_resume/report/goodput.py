@@ -73,7 +73,7 @@ from colab_resume.report.sessions import (
     Session,
     read_report,
 )
-from colab_resume.report.timings import Timings, duration
+from colab_resume.report.timings import Timings, duration, mean_save
 from colab_resume.storage import Storage
 
 TPU_INITIALIZATION = "TPU_INITIALIZATION"
@@ -135,7 +135,8 @@ class Cadence:
     """The fixed save interval that would have lost the least time.
 
     Attributes:
-        save_seconds: what one save cost the training thread (mean).
+        save_seconds: what one more save costs the training thread (the
+            mean, builds' first saves left out).
         between_failures: mean seconds of training between failures.
         failures: deaths and in-session accelerator losses seen.
         interval: the best interval, seconds of training (``√(2·C·M)``).
@@ -349,8 +350,14 @@ def compute(report: RunReport) -> Goodput:
         at_most=frozenset({RECOVERY}) if deaths else frozenset(),
         notes=tuple(notes),
     )
-    saves = sum(t.saves for t in history.timings.values())
-    save_seconds = sum(t.save for t in history.timings.values())
+    tallies = history.timings.values()
+    saves = sum(t.saves for t in tallies)
+    save_seconds = mean_save(
+        sum(t.save for t in tallies),
+        saves,
+        sum(t.first_save for t in tallies),
+        sum(t.first_saves for t in tallies),
+    )
     cadence = best_cadence(result, saves, save_seconds)
     said = [e.message for e in history.events if e.kind == "checkpoint.cadence"]
     return dataclasses.replace(
@@ -449,19 +456,23 @@ def _step_time(timings: Timings | None, ideal: float | None, trained: int) -> fl
     return (timings.step_seconds + rest * ideal) / trained
 
 
-def best_cadence(result: Goodput, saves: int, save_seconds: float) -> Cadence | None:
+def best_cadence(
+    result: Goodput, saves: int, save_seconds: float | None
+) -> Cadence | None:
     """The fixed interval that would have lost least (Young), or None.
 
     Both cadences are priced by the same model (saves at ``C`` each, half
     an interval redone per failure), so the saving is never negative and
     does not hinge on where this run's deaths happened to fall. Needs a
     failure, a save and a step time: without a failure any interval loses
-    only its saves, and the best is "never".
+    only its saves, and the best is "never". ``save_seconds`` is what one
+    more save costs (:func:`~colab_resume.report.timings.mean_save`): a
+    build's first save is paid whatever the cadence.
     """
     failures = result.deaths + result.recoveries
-    if not failures or not saves or not result.ideal_step or save_seconds <= 0:
+    if not failures or not saves or not result.ideal_step or not save_seconds:
         return None
-    cost = save_seconds / saves
+    cost = save_seconds
     work = result.productive
     between = (work + result.buckets.get(WASTED, 0.0)) / failures
     interval = math.sqrt(2 * cost * between)
@@ -523,4 +534,6 @@ def evidence_before(storage: Storage, lease: int) -> Evidence:
         failures=result.deaths + result.recoveries,
         save_seconds=sum(t.save for t in earlier.values()),
         saves=sum(t.saves for t in earlier.values()),
+        first_save_seconds=sum(t.first_save for t in earlier.values()),
+        first_saves=sum(t.first_saves for t in earlier.values()),
     )

@@ -55,6 +55,11 @@ class Timings:
         save: the training thread held by saves (the snapshot, a wait for
             the previous upload); the upload itself runs beside training.
         saves: how many saves.
+        first_save, first_saves: the part of ``save`` and ``saves`` that was
+            the first save after a build, which also sets up what later
+            saves reuse (tens of milliseconds where a later one takes one):
+            paid once whatever the cadence, so ``save_every="auto"``
+            prices a save without it.
         paused: paused by a person (``pause()``): not the run's cost.
         recovery: reconnecting after an accelerator loss in the session.
         recoveries: how many such losses.
@@ -71,6 +76,8 @@ class Timings:
     steps: int = 0
     save: float = 0.0
     saves: int = 0
+    first_save: float = 0.0
+    first_saves: int = 0
     paused: float = 0.0
     recovery: float = 0.0
     recoveries: int = 0
@@ -127,6 +134,17 @@ class Timings:
         return cls(**values)
 
 
+def mean_save(
+    seconds: float, saves: int, first_seconds: float, firsts: int
+) -> float | None:
+    """What one more save costs the training thread: the mean of the saves
+    that were not a build's first, all of them while only firsts were
+    measured; None before any save."""
+    if saves > firsts:
+        seconds, saves = seconds - first_seconds, saves - firsts
+    return max(0.0, seconds) / saves if saves else None
+
+
 _launch_counted = False
 
 
@@ -180,11 +198,13 @@ class StepClock:
         self._first = False
         self._duty_began = 0.0
         self._held = 0.0  # of the current duty: saves and pauses
+        self._first_save = True  # the next save is a build's first
 
     def started(self) -> None:
         """Training starts (again) from a fresh build: a first step is next."""
         self._mark = self._clock()
         self._first = True
+        self._first_save = True
 
     def step_ended(self) -> None:
         """A step finished; its duties begin now."""
@@ -205,6 +225,10 @@ class StepClock:
         if kind == "save":
             self.timings.save += seconds
             self.timings.saves += 1
+            if self._first_save:
+                self.timings.first_save += seconds
+                self.timings.first_saves += 1
+                self._first_save = False
         else:
             self.timings.paused += seconds
 
