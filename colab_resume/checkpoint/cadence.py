@@ -152,4 +152,3 @@ class AutoCadence:
             if budget > seconds:
                 seconds, limited = budget, "upload budget"
         return Choice(seconds, cost, between, failures, limited)
-
