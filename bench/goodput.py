@@ -217,7 +217,17 @@ def run_contender(
         if code is None:
             continue
         if code != 0:
-            raise SystemExit(f"{name} failed with exit {code}: see {run_dir}.log")
+            # A contender whose own files a kill destroyed cannot go on:
+            # that is a result (Keras' backup is one file written in place).
+            with open(run_dir + ".log") as log:
+                last = [line.strip() for line in log if line.strip()][-1:]
+            print(f"  {name}: exit {code} after {len(kills)} deaths", flush=True)
+            return {
+                "name": name,
+                "kills": len(kills),
+                "kill_times": kills,
+                "failed": f"exit {code}: {last[0] if last else '?'}",
+            }
         break
     result = truth(events, launched)
     result.update(name=name, kills=len(kills), kill_times=kills)
@@ -305,6 +315,12 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        if "failed" in r:
+            lines.append(
+                f"| {r['name']} | {r['kills']} | did not finish: {r['failed']} "
+                f"| - | - | - | - | - |"
+            )
+            continue
         rep = r.get("reported_goodput")
         diff = f"{(rep - r['true_goodput']) * 100:+.1f} pp" if rep is not None else "-"
         lines.append(
@@ -313,10 +329,11 @@ def markdown(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"| {diff} | {r['true_save_seconds']:.1f} s "
             f"| {r['true_redone_seconds']:.1f} s |"
         )
+    finished = [r for r in results if "failed" not in r]
     fixed = [
-        r for r in results if r["name"].startswith("cr@") and r["name"] != "cr@auto"
+        r for r in finished if r["name"].startswith("cr@") and r["name"] != "cr@auto"
     ]
-    auto = next((r for r in results if r["name"] == "cr@auto"), None)
+    auto = next((r for r in finished if r["name"] == "cr@auto"), None)
     if fixed and auto:
         best = max(fixed, key=lambda r: r["true_goodput"])
         lines += [
@@ -365,6 +382,9 @@ def main() -> None:
         for name in names:
             print(f"{name}: training", flush=True)
             result = run_contender(name, deaths, args, root)
+            results.append(result)
+            if "failed" in result:
+                continue
             print(
                 f"{name}: {_minutes(result['total_seconds'])}, "
                 f"{result['kills']} deaths, goodput {result['true_goodput']:.1%}",
@@ -372,7 +392,6 @@ def main() -> None:
             )
             for line in result.get("table", []):
                 print("   ", line)
-            results.append(result)
     print()
     print(markdown(results, args))
     if args.json:

@@ -53,20 +53,23 @@ def test_the_prior_is_the_users_to_set():
     assert choice.seconds == pytest.approx(math.sqrt(2 * 0.5 * 300.0))
 
 
-def test_a_builds_first_save_does_not_price_the_others():
-    """Each build's first save costs tens of times a later one (it sets up
-    what they reuse) and is paid whatever the interval: ``C`` leaves it
-    out once a later save was measured, in this session and earlier ones."""
+def test_what_a_save_pays_once_does_not_price_the_others():
+    """A build's first save costs tens of times a later one (it sets up
+    what they reuse) and an epoch's first save takes the data fingerprint;
+    both are paid whatever the interval: ``C`` leaves them out once a
+    later save was measured, in this session and earlier ones."""
     evidence = Evidence(
-        save_seconds=0.06 * 3 + 0.002 * 30, saves=33, first_save_seconds=0.18,
-        first_saves=3,
+        save_seconds=0.06 * 3 + 0.002 * 30 + 0.04, saves=33,
+        save_setup=0.18 + 0.04, first_saves=3,
     )  # fmt: skip
-    timings = Timings(save=0.06 + 0.002 * 9, saves=10, first_save=0.06, first_saves=1)
+    timings = Timings(
+        save=0.06 + 0.002 * 9 + 0.05, saves=10, save_setup=0.11, first_saves=1
+    )
     choice = AutoCadence(evidence, timings, floor=0.0, prior=100.0).choose()
     assert choice.save_cost == pytest.approx(0.002)
     assert choice.seconds == pytest.approx(math.sqrt(2 * 0.002 * 100.0))
     # Only a first save measured so far: it is all there is to go on.
-    alone = Timings(save=0.06, saves=1, first_save=0.06, first_saves=1)
+    alone = Timings(save=0.06, saves=1, save_setup=0.06, first_saves=1)
     assert AutoCadence(Evidence(), alone).choose().save_cost == pytest.approx(0.06)
 
 

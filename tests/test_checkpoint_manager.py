@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -289,11 +290,9 @@ class SlowUploads(Storage):
     Only time is added; every byte still goes through gcsfs to the emulator.
     """
 
-    def put_file(
-        self, local_path: str, rel: str, *, chunk_bytes: int | None = None
-    ) -> None:
+    def put_file(self, local_path: str, rel: str, **options: Any) -> None:
         time.sleep(0.4)
-        super().put_file(local_path, rel, chunk_bytes=chunk_bytes)
+        super().put_file(local_path, rel, **options)
 
 
 def test_save_while_uploading_waits_and_records_stall(gcs_run_dir, gcs_options):

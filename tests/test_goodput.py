@@ -287,7 +287,7 @@ def test_the_step_clock_splits_steps_saves_and_pauses():
         clock.step_ended()
         if step == 3:
             now[0] += 0.5
-            clock.held(0.5, "save")
+            clock.saved(0.5)
         now[0] += 0.01  # the agent's own duties
         clock.duty_ended()
     assert timings.first_steps == 1
@@ -295,23 +295,25 @@ def test_the_step_clock_splits_steps_saves_and_pauses():
     assert timings.steps == 3
     assert timings.step_seconds == pytest.approx(3 * 1.01)
     assert timings.save == pytest.approx(0.5) and timings.saves == 1
-    assert timings.first_save == pytest.approx(0.5) and timings.first_saves == 1
+    assert timings.save_setup == pytest.approx(0.5) and timings.first_saves == 1
 
 
-def test_a_builds_first_save_is_told_apart():
-    """The first save after each build sets up what later ones reuse; the
-    tally keeps it apart (inside ``save``) so a cadence can leave it out."""
+def test_what_saves_pay_once_is_told_apart():
+    """The first save after each build sets up what later ones reuse, and
+    an epoch's first save takes its data fingerprint: the tally keeps both
+    apart (inside ``save``) so a cadence can leave them out."""
     timings = Timings()
     clock = StepClock(timings, clock=lambda: 0.0)
     clock.started()
     for seconds in (0.06, 0.001, 0.002):
-        clock.held(seconds, "save")
+        clock.saved(seconds)
+    clock.saved(0.041, setup=0.04)  # a new epoch's fingerprint
     clock.started()  # a rebuild after an accelerator loss
-    clock.held(0.05, "save")
-    clock.held(0.001, "save")
-    assert timings.saves == 5 and timings.first_saves == 2
-    assert timings.first_save == pytest.approx(0.11)
-    assert timings.save == pytest.approx(0.114)
+    clock.saved(0.05, setup=0.04)
+    clock.saved(0.001)
+    assert timings.saves == 6 and timings.first_saves == 2
+    assert timings.save_setup == pytest.approx(0.06 + 0.04 + 0.05)
+    assert timings.save == pytest.approx(0.155)
 
 
 def test_history_chunks_carry_the_tally_and_the_newest_wins(tmp_path):

@@ -8,6 +8,8 @@ below the retries of ``Storage``.
 from __future__ import annotations
 
 import base64
+import os
+import tempfile
 import threading
 import time
 
@@ -15,6 +17,7 @@ import google_crc32c
 import pytest
 
 from colab_resume.storage import Storage, split_url
+from colab_resume.storage.local import LocalStore
 from colab_resume.storage.store_contract import ObjectInfo, Store
 from colab_resume.storage.stores import store_class
 
@@ -44,6 +47,39 @@ def store(request, tmp_path) -> Store:
     if request.param == "local":
         return open_store(str(tmp_path / "runs" / "r"))
     return open_store(f"memory://{request.node.name}/runs/r")
+
+
+def test_a_file_its_writer_drops_arrives_whole(store: Store, tmp_path) -> None:
+    """``move_file``: every store ends with the bytes; a local run directory
+    on the same disk takes the file itself (a rename, no second write)."""
+    payload = bytes(range(256)) * 4096
+    source = tmp_path / "staging.bin"
+    source.write_bytes(payload)
+    inode = source.stat().st_ino
+    store.move_file(str(source), "checkpoints/m/ckpt.data")
+    copy = tmp_path / "back.bin"
+    store.get_file("checkpoints/m/ckpt.data", str(copy))
+    assert copy.read_bytes() == payload
+    if isinstance(store, LocalStore):
+        assert not source.exists()
+        assert os.stat(store.path("checkpoints/m/ckpt.data")).st_ino == inode
+
+
+def test_a_local_run_directory_on_another_disk_gets_a_copy(tmp_path) -> None:
+    """Staging on one file system and the run directory on another (a
+    tmpfs and the disk here, both real): the rename cannot cross, a copy
+    does."""
+    shm = "/dev/shm"
+    if not os.path.isdir(shm) or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second file system here")
+    store = open_store(str(tmp_path / "runs" / "r"))
+    with tempfile.NamedTemporaryFile(dir=shm, delete=False) as handle:
+        handle.write(b"shard" * 1000)
+    try:
+        store.move_file(handle.name, "checkpoints/x/ckpt.data")
+        assert store.read("checkpoints/x/ckpt.data") == b"shard" * 1000
+    finally:
+        os.unlink(handle.name)  # a copy leaves it: the caller drops it
 
 
 def test_missing_objects_read_as_missing(store: Store) -> None:

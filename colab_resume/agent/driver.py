@@ -31,12 +31,16 @@ class Snapshot(NamedTuple):
         metrics: JSON-able metrics for the manifest.
         extras: JSON-able driver values (History, fingerprints, callback
             state...).
+        setup_seconds: what taking it cost that a save pays once an epoch
+            whatever the cadence (the epoch's data fingerprint), for
+            ``save_every="auto"``, which prices a save without it.
     """
 
     state: Any
     epoch: int
     metrics: dict[str, Any]
     extras: dict[str, Any]
+    setup_seconds: float = 0.0
 
 
 class Driver(Protocol):

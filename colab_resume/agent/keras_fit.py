@@ -191,7 +191,7 @@ class KerasFit:
         backend.current().sync_fit_state(self.model)
         # The epoch this checkpoint resumes in (or, at its end, the last one
         # before) is the one a resume checks: recorded once, by its first save.
-        self.fingerprints.record(self.epoch)
+        setup = self.fingerprints.record(self.epoch)
         state = self.state
         if self._slots is not None:
             self._slots.store()
@@ -204,7 +204,7 @@ class KerasFit:
                 self.epoch, self.step - self.epoch * self.steps_per_epoch
             ),
         }
-        return Snapshot(state, self.epoch, self.metrics(), extras)
+        return Snapshot(state, self.epoch, self.metrics(), extras, setup)
 
     def train(self, start_step: int, duties: StepDuties, strategy: Any = None) -> None:
         """Train from ``start_step`` to the end (or until stopped).

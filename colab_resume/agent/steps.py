@@ -206,12 +206,19 @@ class StepDuties:
         if self.manager.last_saved is not None and self.manager.last_saved.step == step:
             return
         began = time.monotonic()
-        state, epoch, metrics, extras = self.snapshot()
+        snapshot = self.snapshot()
+        extras = snapshot.extras
         if self.runtime is not None:
             extras = {**extras, runtime_facts.KEY: self.runtime}
-        self.manager.save(state, step=step, epoch=epoch, metrics=metrics, extras=extras)
+        self.manager.save(
+            snapshot.state,
+            step=step,
+            epoch=snapshot.epoch,
+            metrics=snapshot.metrics,
+            extras=extras,
+        )
         if self.clock is not None:
-            self.clock.held(time.monotonic() - began, "save")
+            self.clock.saved(time.monotonic() - began, setup=snapshot.setup_seconds)
         self.triggers.saved(step, reason)
         log.info("[step %d] checkpoint saved (%s)", step, reason)
         self.say_cadence(step)
@@ -235,7 +242,7 @@ class StepDuties:
             self.tick(self.step)
         self.session.update(state="training")
         if self.clock is not None:
-            self.clock.held(time.monotonic() - started, "pause")
+            self.clock.paused(time.monotonic() - started)
         self.events.emit(
             "run.resumed",
             f"resumed after {time.monotonic() - started:.0f}s paused",

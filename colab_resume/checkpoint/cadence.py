@@ -8,12 +8,13 @@ while ``C`` is small beside ``M``, as a save's blocking part is here: the
 upload runs beside training).
 
 ``C`` is measured: the mean blocking time of this run's saves, earlier
-sessions' included (:mod:`colab_resume.report.timings`), leaving out each
-build's first save while later ones have been measured: that one also sets
-up what the others reuse (60 ms where the next take 1 ms, on a small
-model), a cost paid once whatever the interval, like a first step's
-compile; counted in, it priced every save fifty times too high and held
-the interval far above its optimum. ``M`` is what the
+sessions' included (:mod:`colab_resume.report.timings`), less what is paid
+once whatever the interval, like a first step's compile: each build's
+first save (it sets up what the others reuse: 60 ms where the next take
+1 ms, on a small model) and each epoch's data fingerprint (its dataset
+built and its first batch read, by the epoch's first save). Counted in,
+they priced a save several times too high where saves are frequent and
+held the interval well above its optimum. ``M`` is what the
 run directory shows — training time over deaths and accelerator losses,
 all sessions — blended with a stated prior so a run with no failure yet
 still saves: ``M = (W + k·M₀) / (F + k)`` with ``W`` seconds trained, ``F``
@@ -57,15 +58,16 @@ class Evidence:
         training: seconds of training they measured.
         failures: their deaths and accelerator losses.
         save_seconds, saves: their saves' blocking time, and how many.
-        first_save_seconds, first_saves: the part of those that was each
-            build's first save.
+        save_setup, first_saves: the part of those paid once whatever the
+            cadence, and how many saves were a build's first (see
+            :class:`~colab_resume.report.timings.Timings`).
     """
 
     training: float = 0.0
     failures: int = 0
     save_seconds: float = 0.0
     saves: int = 0
-    first_save_seconds: float = 0.0
+    save_setup: float = 0.0
     first_saves: int = 0
 
 
@@ -132,7 +134,7 @@ class AutoCadence:
         cost = mean_save(
             ev.save_seconds + now.save,
             ev.saves + now.saves,
-            ev.first_save_seconds + now.first_save,
+            ev.save_setup + now.save_setup,
             ev.first_saves + now.first_saves,
         )
         trained = ev.training + now.step_seconds + now.first_step

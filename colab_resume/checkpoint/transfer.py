@@ -43,6 +43,9 @@ def upload(
 ) -> None:
     """Upload ``(local_path, rel_path)`` pairs; the first failure is raised.
 
+    The local files are the caller's to drop afterwards: a store on the
+    same disk takes them by a rename (they are gone after).
+
     Args:
         memory_bytes: about how much of the files the uploads in flight may
             hold in memory together (None: the store's default, which on
@@ -52,13 +55,10 @@ def upload(
     if memory_bytes is not None:
         workers, chunk = upload_plan(memory_bytes, workers)
 
-    def move(local: str, rel: str) -> None:
-        if chunk is None:
-            storage.put_file(local, rel)
-        else:
-            storage.put_file(local, rel, chunk_bytes=chunk)
+    def put(local: str, rel: str) -> None:
+        storage.put_file(local, rel, chunk_bytes=chunk, move=True)
 
-    _transfer(move, files, local=0, progress=progress, workers=workers)
+    _transfer(put, files, local=0, progress=progress, workers=workers)
 
 
 def _transfer(
@@ -72,9 +72,10 @@ def _transfer(
     """``move(*pair)`` for every pair in parallel; ``pair[local]`` is the local file."""
 
     def one(pair: tuple[str, str]) -> None:
+        size = os.path.getsize(pair[local])  # before: a move takes the file
         move(*pair)
         if progress is not None:
-            progress.advance(os.path.getsize(pair[local]))
+            progress.advance(size)
 
     _run_all(one, pairs, workers)
 

@@ -13,6 +13,7 @@ The epochs fingerprinted are built and positioned by
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -210,13 +211,21 @@ class DataFingerprints:
         means, and the epochs' fingerprints are recorded anew from here."""
         self.seen = {}
 
-    def record(self, epoch: int) -> None:
-        """Remember ``epoch``'s fingerprint (once), forgetting old epochs."""
-        if str(epoch) not in self.seen:
-            self.seen[str(epoch)], size = self._of(epoch)
-            self.global_batch = size if size is not None else self.global_batch
-            for old in sorted(self.seen, key=int)[: -self.KEEP]:
-                del self.seen[old]
+    def record(self, epoch: int) -> float:
+        """Remember ``epoch``'s fingerprint (once), forgetting old epochs.
+
+        Returns:
+            The seconds it took (building the epoch's dataset and reading
+            its first batch), 0 when it was already recorded.
+        """
+        if str(epoch) in self.seen:
+            return 0.0
+        began = time.monotonic()
+        self.seen[str(epoch)], size = self._of(epoch)
+        self.global_batch = size if size is not None else self.global_batch
+        for old in sorted(self.seen, key=int)[: -self.KEEP]:
+            del self.seen[old]
+        return time.monotonic() - began
 
     def _of(self, epoch: int) -> tuple[str, int | None]:
         return first_batch_facts(

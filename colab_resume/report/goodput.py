@@ -355,7 +355,7 @@ def compute(report: RunReport) -> Goodput:
     save_seconds = mean_save(
         sum(t.save for t in tallies),
         saves,
-        sum(t.first_save for t in tallies),
+        sum(t.save_setup for t in tallies),
         sum(t.first_saves for t in tallies),
     )
     cadence = best_cadence(result, saves, save_seconds)
@@ -534,6 +534,6 @@ def evidence_before(storage: Storage, lease: int) -> Evidence:
         failures=result.deaths + result.recoveries,
         save_seconds=sum(t.save for t in earlier.values()),
         saves=sum(t.saves for t in earlier.values()),
-        first_save_seconds=sum(t.first_save for t in earlier.values()),
+        save_setup=sum(t.save_setup for t in earlier.values()),
         first_saves=sum(t.first_saves for t in earlier.values()),
     )

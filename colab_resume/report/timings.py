@@ -55,11 +55,13 @@ class Timings:
         save: the training thread held by saves (the snapshot, a wait for
             the previous upload); the upload itself runs beside training.
         saves: how many saves.
-        first_save, first_saves: the part of ``save`` and ``saves`` that was
-            the first save after a build, which also sets up what later
-            saves reuse (tens of milliseconds where a later one takes one):
-            paid once whatever the cadence, so ``save_every="auto"``
-            prices a save without it.
+        save_setup: the part of ``save`` paid once whatever the cadence,
+            which ``save_every="auto"`` leaves out of a save's price: each
+            build's first save whole (it reads every variable one by one
+            and sets up the one-call read later saves use: tens of
+            milliseconds where a later one takes one) and each epoch's
+            data fingerprint (taken by the epoch's first save).
+        first_saves: how many of ``saves`` were a build's first.
         paused: paused by a person (``pause()``): not the run's cost.
         recovery: reconnecting after an accelerator loss in the session.
         recoveries: how many such losses.
@@ -76,7 +78,7 @@ class Timings:
     steps: int = 0
     save: float = 0.0
     saves: int = 0
-    first_save: float = 0.0
+    save_setup: float = 0.0
     first_saves: int = 0
     paused: float = 0.0
     recovery: float = 0.0
@@ -134,14 +136,13 @@ class Timings:
         return cls(**values)
 
 
-def mean_save(
-    seconds: float, saves: int, first_seconds: float, firsts: int
-) -> float | None:
+def mean_save(seconds: float, saves: int, setup: float, firsts: int) -> float | None:
     """What one more save costs the training thread: the mean of the saves
-    that were not a build's first, all of them while only firsts were
+    that were not a build's first, less what an epoch pays once
+    (:attr:`Timings.save_setup`); every save whole while only firsts were
     measured; None before any save."""
     if saves > firsts:
-        seconds, saves = seconds - first_seconds, saves - firsts
+        seconds, saves = seconds - setup, saves - firsts
     return max(0.0, seconds) / saves if saves else None
 
 
@@ -219,18 +220,23 @@ class StepClock:
             self.timings.step_seconds += now - self._mark
             self.timings.steps += 1
 
-    def held(self, seconds: float, kind: str) -> None:
-        """The duty spent ``seconds`` in a save (``"save"``) or a pause."""
+    def saved(self, seconds: float, *, setup: float = 0.0) -> None:
+        """The duty spent ``seconds`` in a save, ``setup`` of them paid once
+        an epoch whatever the cadence (see :attr:`Timings.save_setup`)."""
         self._held += seconds
-        if kind == "save":
-            self.timings.save += seconds
-            self.timings.saves += 1
-            if self._first_save:
-                self.timings.first_save += seconds
-                self.timings.first_saves += 1
-                self._first_save = False
+        self.timings.save += seconds
+        self.timings.saves += 1
+        if self._first_save:
+            self._first_save = False
+            self.timings.save_setup += seconds
+            self.timings.first_saves += 1
         else:
-            self.timings.paused += seconds
+            self.timings.save_setup += min(setup, seconds)
+
+    def paused(self, seconds: float) -> None:
+        """The duty spent ``seconds`` paused by a person."""
+        self._held += seconds
+        self.timings.paused += seconds
 
     def duty_ended(self) -> None:
         """The step's duties are done: the next step begins."""

@@ -428,17 +428,25 @@ class Storage:
         self.write_bytes(rel, data, create_only=create_only, commit=commit)
 
     def put_file(
-        self, local_path: str, rel: str, *, chunk_bytes: int | None = None
+        self,
+        local_path: str,
+        rel: str,
+        *,
+        chunk_bytes: int | None = None,
+        move: bool = False,
     ) -> None:
         """Upload one local file (not atomic on its own: commit with a marker).
 
         Args:
             chunk_bytes: hold at most about this much of the file in memory
                 at a time, where the store sends it from memory (GCS).
+            move: the caller no longer needs the local file: a store on the
+                same disk may move it rather than copy it (it is then gone).
         """
+        put = self.store.move_file if move else self.store.put_file
         self._call(
             f"upload {rel}",
-            lambda timeout: self.store.put_file(
+            lambda timeout: put(
                 local_path, rel, timeout=timeout, chunk_bytes=chunk_bytes
             ),
         )

@@ -243,6 +243,23 @@ class Store(abc.ABC):
                 choice).
         """
 
+    def move_file(
+        self,
+        local_path: str,
+        rel: str,
+        *,
+        timeout: float | None = None,
+        chunk_bytes: int | None = None,
+    ) -> None:
+        """:meth:`put_file` a local file its writer no longer needs.
+
+        A store on the same disk moves it there instead of copying it (a
+        checkpoint's shards, written once to the staging directory, are
+        not written twice); the others upload it, and the caller deletes
+        it as before.
+        """
+        self.put_file(local_path, rel, timeout=timeout, chunk_bytes=chunk_bytes)
+
     @abc.abstractmethod
     def get_file(
         self, rel: str, local_path: str, *, timeout: float | None = None
