@@ -17,6 +17,7 @@ from support.processes import run_cli, train_agent
 from colab_resume.checkpoint.cadence import AutoCadence, Evidence
 from colab_resume.checkpoint.triggers import SaveTriggers, TriggerOptions
 from colab_resume.report.goodput import evidence_before
+from colab_resume.report.history import read_history
 from colab_resume.report.timings import Timings
 from colab_resume.storage import Storage
 
@@ -71,6 +72,21 @@ def test_what_a_save_pays_once_does_not_price_the_others():
     # Only a first save measured so far: it is all there is to go on.
     alone = Timings(save=0.06, saves=1, save_setup=0.06, first_saves=1)
     assert AutoCadence(Evidence(), alone).choose().save_cost == pytest.approx(0.06)
+
+
+def test_an_epochs_fingerprint_is_timed_once():
+    """What the epoch's first save pays for its data fingerprint is what
+    ``record`` returns: the time it took once, nothing after."""
+    tf = pytest.importorskip("tensorflow")
+    from colab_resume.data.fingerprints import DataFingerprints
+
+    def make_dataset(epoch: int, skip: int = 0):
+        return tf.data.Dataset.range(64).map(lambda i: i * 2).batch(8)
+
+    fingerprints = DataFingerprints(make_dataset)
+    assert fingerprints.record(0) > 0
+    assert fingerprints.record(0) == 0.0
+    assert fingerprints.record(1) > 0 and set(fingerprints.seen) == {"0", "1"}
 
 
 def test_the_first_save_comes_at_the_floor_to_measure_one():
@@ -192,7 +208,12 @@ def test_a_fit_with_auto_saves_says_why_and_the_next_session_counts_a_death(
         save_every_floor_seconds=1e-4,
         save_every_ceiling_seconds=1e-4,
     )
-    agent.fit(build_model, make_dataset, epochs=1, steps_per_epoch=8, verbose=0)
+    agent.fit(build_model, make_dataset, epochs=2, steps_per_epoch=4, verbose=0)
+    # What the saves paid once (the build's first save, the second epoch's
+    # data fingerprint) is kept apart for the price of a save.
+    tally = read_history(Storage(str(tmp_path / "run"))).timings[1]
+    assert tally.first_saves == 1 and tally.saves > 2
+    assert 0 < tally.save_setup < tally.save
     said = agent.events.recent(kind="checkpoint.cadence")
     assert said and "saving every" in said[0].message and "(auto)" in said[0].message
     assert agent.goodput().sessions[0].buckets["UNPRODUCTIVE_CHECKPOINT_SAVE_TIME"] > 0
