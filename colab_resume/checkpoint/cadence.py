@@ -26,7 +26,9 @@ small because the prior is a guess about someone else's platform: one
 failure seen outweighs it ten to one, and a spot VM dying every ten
 minutes is believed within a few deaths, not after hours.
 
-The interval is then held within the user's floor and ceiling and above
+Until a save other than a build's first is measured, the interval is the
+floor: the first save measures little but its own setup. The interval is
+then held within the user's floor and ceiling and above
 what the store allows: Drive lets one user upload 750 GB a day, and a
 cadence that uploads more than half of that stops at the cap mid-run. It
 is re-estimated after every save.
@@ -140,8 +142,10 @@ class AutoCadence:
         trained = ev.training + now.step_seconds + now.first_step
         failures = ev.failures + now.recoveries
         between = (trained + PRIOR_WEIGHT * self.prior) / (failures + PRIOR_WEIGHT)
-        if cost is None:
-            seconds, limited = self.floor, None  # a first save, to measure one
+        if not self._steady_save_measured():
+            # A first save, to measure one; then one more at once, as a
+            # build's first save costs tens of times a later one.
+            cost, seconds, limited = None, self.floor, None
         else:
             seconds, limited = math.sqrt(2 * max(cost, 1e-6) * between), None
         if seconds < self.floor:
@@ -154,3 +158,8 @@ class AutoCadence:
             if budget > seconds:
                 seconds, limited = budget, "upload budget"
         return Choice(seconds, cost, between, failures, limited)
+
+    def _steady_save_measured(self) -> bool:
+        """Whether a save other than a build's first was measured."""
+        ev, now = self.evidence, self.timings
+        return ev.saves + now.saves > ev.first_saves + now.first_saves
