@@ -43,8 +43,9 @@ def test_optimizer_steps_after_the_snapshot_do_not_reach_the_file(tmp_path):
     x, y = np.ones((8, 4), "float32"), np.zeros((8, 3), "float32")
     model.train_on_batch(x, y)
     saver = ArrayState(model, write_behind=True)
-    # The first save reads eagerly and the upload thread's sync traces the
-    # one-call read the later saves use: both kinds are checked.
+    # The first save reads eagerly and the upload thread traces the one-call
+    # read the later saves use once a checkpoint is committed: both kinds
+    # are checked.
     for save in range(3):
         before = [v.numpy().copy() for v in model.variables + model.optimizer.variables]
         prefix = os.path.join(tmp_path, f"ckpt-{save}")
@@ -52,6 +53,7 @@ def test_optimizer_steps_after_the_snapshot_do_not_reach_the_file(tmp_path):
         for _ in range(3):
             model.train_on_batch(x, y)
         saver.sync()
+        saver.committed()
         arrays = read_shards(prefix)
         saved = [arrays[f"model/{i:06d}"] for i in range(len(model.variables))]
         saved += [

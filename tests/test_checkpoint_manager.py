@@ -560,3 +560,24 @@ def test_a_local_manifest_linked_after_a_takeover_is_late(tmp_path, monkeypatch)
     listing = RunListing.read(Storage(run))
     assert listing.committed == ()
     assert all(c.committed_late for c in listing.checkpoints)
+
+
+def test_a_first_checkpoint_commits_before_the_next_saves_are_set_up(tmp_path):
+    """The portable format traces its one-call read of every variable (a
+    few tenths of a second) after the first commit, not before it: a
+    session killed in its first seconds has a checkpoint by then."""
+    ready_at_commit: list[bool] = []
+
+    class Watched(Storage):
+        def write_json(self, rel: str, value: Any, **options: Any) -> None:
+            if rel.endswith(MANIFEST):
+                ready_at_commit.append(bool(mgr._state._reader))
+            super().write_json(rel, value, **options)
+
+    mgr = manager(Watched(str(tmp_path / "run")), format="portable")
+    state = {"w": tf.Variable(np.ones((4, 4), "float32"))}
+    for step in (1, 2):
+        mgr.save(state, step=step, epoch=0)
+        mgr.wait()
+    mgr.close()
+    assert ready_at_commit == [False, True]

@@ -142,7 +142,7 @@ class AutoCadence:
         trained = ev.training + now.step_seconds + now.first_step
         failures = ev.failures + now.recoveries
         between = (trained + PRIOR_WEIGHT * self.prior) / (failures + PRIOR_WEIGHT)
-        if not self._steady_save_measured():
+        if cost is None or not self._steady_save_measured():
             # A first save, to measure one; then one more at once, as a
             # build's first save costs tens of times a later one.
             cost, seconds, limited = None, self.floor, None

@@ -426,6 +426,7 @@ class CheckpointManager:
             seconds=seconds,
         )
         self._prune_quietly(name.step)
+        training_state.committed()
 
     def _write_part(self, name: CheckpointName) -> None:
         """A process that does not commit: its done marker (no files of its own)."""

@@ -66,6 +66,12 @@ class StateWriter(Protocol):
         """Finish the files on local disk (the upload thread calls this)."""
         ...
 
+    def committed(self) -> None:
+        """The checkpoint is committed: set up what makes the next saves
+        cheaper (the upload thread calls this, after the commit, so that a
+        session's first checkpoint does not wait for it)."""
+        ...
+
 
 class StateReader(Protocol):
     """Checkpoint files of one format read into a live training state."""

@@ -138,6 +138,9 @@ class TrainingState:
         if sync is not None:
             sync()
 
+    def committed(self) -> None:
+        """Nothing: TensorFlow's writer needs no setup between saves."""
+
     def restore(
         self,
         prefix: str,

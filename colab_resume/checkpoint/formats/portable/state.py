@@ -221,8 +221,9 @@ class ArrayState:
         variable costs tens of microseconds of eager dispatch each, which
         for a model of a few hundred variables is most of a save's
         blocking time. Tracing that function takes a few tenths of a
-        second, so it is traced by :meth:`sync`, on the upload thread,
-        after the first save; the first save reads eagerly.
+        second, so it is traced by :meth:`committed`, on the upload thread,
+        once the first checkpoint is committed (a session killed in its
+        first seconds then has one); the first save reads eagerly.
         """
         reader = self._reader
         if reader:
@@ -282,6 +283,9 @@ class ArrayState:
             del pending
             arrays = {name: _to_host(snapshots.pop(name)) for name in list(snapshots)}
             self.written = write_shards(prefix, arrays, self.shard_bytes)
+
+    def committed(self) -> None:
+        """Trace the one-call read of every variable for the next saves."""
         self._trace_reader()
 
     def restore(
