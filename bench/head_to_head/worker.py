@@ -221,7 +221,7 @@ class _Profile:
             "write_shards",
         ),
         "sync: of which CRC32C": ("storage/checksum.py", "update"),
-        "sync: one-call read traced (first save)": (
+        "one-call read traced, after the first commit (once)": (
             "portable/state.py",
             "_trace_reader",
         ),
