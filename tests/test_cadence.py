@@ -79,7 +79,9 @@ def test_what_a_save_pays_once_does_not_price_the_others():
 def test_an_epochs_fingerprint_is_timed_once():
     """What the epoch's first save pays for its data fingerprint is what
     ``record`` returns: the time it took once, nothing after."""
-    tf = pytest.importorskip("tensorflow")
+    tf = pytest.importorskip(
+        "tensorflow", reason="the fingerprinted pipeline is a tf.data one here"
+    )
     from colab_resume.data.fingerprints import DataFingerprints
 
     def make_dataset(epoch: int, skip: int = 0):

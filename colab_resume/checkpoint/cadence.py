@@ -133,19 +133,21 @@ class AutoCadence:
     def choose(self) -> Choice:
         """The interval now, from everything measured so far."""
         ev, now = self.evidence, self.timings
-        cost = mean_save(
-            ev.save_seconds + now.save,
-            ev.saves + now.saves,
-            ev.save_setup + now.save_setup,
-            ev.first_saves + now.first_saves,
-        )
+        saves = ev.saves + now.saves
+        firsts = ev.first_saves + now.first_saves
+        # Only builds' first saves measured: they price little but their
+        # own setup, so none is taken as a save's cost yet.
+        cost = None
+        if saves > firsts:
+            spent = ev.save_seconds + now.save
+            cost = mean_save(spent, saves, ev.save_setup + now.save_setup, firsts)
         trained = ev.training + now.step_seconds + now.first_step
         failures = ev.failures + now.recoveries
         between = (trained + PRIOR_WEIGHT * self.prior) / (failures + PRIOR_WEIGHT)
-        if cost is None or not self._steady_save_measured():
+        if cost is None:
             # A first save, to measure one; then one more at once, as a
             # build's first save costs tens of times a later one.
-            cost, seconds, limited = None, self.floor, None
+            seconds, limited = self.floor, None
         else:
             seconds, limited = math.sqrt(2 * max(cost, 1e-6) * between), None
         if seconds < self.floor:
@@ -158,8 +160,3 @@ class AutoCadence:
             if budget > seconds:
                 seconds, limited = budget, "upload budget"
         return Choice(seconds, cost, between, failures, limited)
-
-    def _steady_save_measured(self) -> bool:
-        """Whether a save other than a build's first was measured."""
-        ev, now = self.evidence, self.timings
-        return ev.saves + now.saves > ev.first_saves + now.first_saves
