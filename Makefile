@@ -8,10 +8,18 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test suite demo lint docs bench chaos clean colab-test browser-test jax-test pictures wheel
 
+# keras-hub, a test dependency, without what it requires: its requirement
+# tensorflow-text requires the full tensorflow (beside tensorflow-cpu here, and
+# none at all in the JAX virtualenv). Its pure dependencies come by name.
+HUB := keras-hub==0.32.0
+HUB_DEPS := absl-py packaging regex rich kagglehub sentencepiece tokenizers
+
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps $(HUB) 'tensorflow-text>=2.20'
+	$(PY) -m pip install --quiet $(HUB_DEPS)
 	touch $(STAMP)
 
 # Every phase, in this order: lint (CI runs `make test` only, so this is
@@ -42,10 +50,21 @@ $(DRIVE_MOCK)/.installed: Makefile
 		google-drive-mock@1.2.0 express@5.2.1 cors@2.8.6
 	touch $@
 
+# Keras on torch, which the agent refuses by name (tests/test_torch_refused.py):
+# a small virtualenv with the CPU build of torch, Keras and the package, no
+# TensorFlow and no JAX.
+TORCH_VENV := build/venv-torch
+$(TORCH_VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install --quiet torch==2.13.0 keras
+	$(TORCH_VENV)/bin/pip install --quiet -e .
+	touch $@
+
 # The main suite: two workers, each taking whole files (module fixtures are
 # built once).
-suite: $(STAMP) $(DRIVE_MOCK)/.installed
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
+suite: $(STAMP) $(DRIVE_MOCK)/.installed $(TORCH_VENV)/.installed
+	COLAB_RESUME_TORCH_PYTHON=$(abspath $(TORCH_VENV))/bin/python \
+		$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
 
 # The chaos soak (not in CI; ~15 min on 2 cores): >= 50 random SIGKILLs,
 # takeover races, 5xx/resets/stalls and expiring tokens; prints its figures.
@@ -108,6 +127,8 @@ $(JAX_VENV)/.installed: setup.py pyproject.toml tests/on_jax/requirements.txt
 	$(PYTHON) -m venv $(JAX_VENV)
 	$(JAX_VENV)/bin/pip install --quiet --upgrade pip
 	$(JAX_VENV)/bin/pip install --quiet -r tests/on_jax/requirements.txt
+	$(JAX_VENV)/bin/pip install --quiet --no-deps $(HUB)
+	$(JAX_VENV)/bin/pip install --quiet $(HUB_DEPS)
 	$(JAX_VENV)/bin/pip install --quiet -e .
 	touch $@
 

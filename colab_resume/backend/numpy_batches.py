@@ -31,6 +31,36 @@ def epoch_batches(
 ) -> Iterator[Any]:
     """``make_dataset(epoch)``'s batches after ``skip``, as a generator.
 
+    See :func:`epoch_input` for the arguments and errors.
+    """
+    fed = epoch_input(
+        make_dataset,
+        epoch,
+        skip=skip,
+        steps_per_epoch=steps_per_epoch,
+        check=check,
+        position=position,
+    )
+    batches = fed if hasattr(fed, "__next__") else iter(fed)
+    return (batch for batch in batches)
+
+
+def epoch_input(
+    make_dataset: Callable[..., Any],
+    epoch: int,
+    *,
+    skip: int,
+    steps_per_epoch: int,
+    check: Callable[[Any], None] | None = None,
+    position: GrainPosition | None = None,
+) -> Any:
+    """``make_dataset(epoch)``'s batches after ``skip``, of the kind it returned.
+
+    What a model's ``fit`` would get without the agent: a Grain
+    ``MapDataset`` or ``IterDataset`` stays one (positioned), so that a
+    model whose ``fit`` maps its own preprocessing over it (keras-hub's task
+    models) can; any other iterable becomes a generator of its batches.
+
     Without a ``skip`` keyword the skipped batches are drawn and dropped. A
     PyDataset's worker processes are not used: its batches are read in
     order here.
@@ -58,13 +88,14 @@ def epoch_batches(
             f"make make_dataset yield more batches.{_hint(dataset)}"
         )
     grain = (
-        position.open(dataset, epoch, drop=start, wanted=wanted)
+        position.fed(dataset, epoch, drop=start, wanted=wanted)
         if position is not None and not places_skip
         else None
     )
     if grain is not None:
-        batches: Iterator[Any] = grain
-    elif is_py_dataset(dataset):
+        return grain
+    batches: Iterator[Any]
+    if is_py_dataset(dataset):
         batches = (dataset[i] for i in range(start, start + wanted))
     else:
         try:

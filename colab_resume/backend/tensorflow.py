@@ -241,11 +241,29 @@ class TensorFlowBackend:
         # tf.data (see agent/spans.py), at a negligible cost per batch.
         return combined.filter(lambda *batch: tf.constant(True))
 
+    def describe_distribution(self, strategy: Any, model: Any) -> dict[str, Any]:
+        """The strategy's kind and replicas (TensorFlow replicates variables)."""
+        if strategy is None:
+            return {}
+        return {
+            "kind": type(strategy).__name__,
+            "replicas": int(strategy.num_replicas_in_sync),
+        }
+
     def fit_input(self, dataset: Any, model: Any) -> tuple[Any, Callable[[], None]]:
         """The dataset distributed as Keras would, its iterators deleted off
-        the training thread (see :mod:`~colab_resume.backend.tf_iterators`)."""
+        the training thread (see :mod:`~colab_resume.backend.tf_iterators`).
+
+        A model with a ``fit`` of its own (keras-hub's task models map their
+        preprocessing over a ``tf.data.Dataset`` and refuse a distributed
+        one) gets the dataset itself, as it would without the agent.
+        """
+        import keras
+
         from colab_resume.backend.tf_iterators import fit_input
 
+        if type(model).fit is not keras.Model.fit:
+            return dataset, lambda: None
         return fit_input(dataset, model.distribute_strategy)
 
     def random_op_watch(self) -> Any:

@@ -32,7 +32,14 @@ def _hash_batch(batch: Any) -> str:
         value = np.asarray(tensor)
         digest.update(str(value.dtype).encode())
         digest.update(str(value.shape).encode())
-        digest.update(value.tobytes())
+        if value.dtype == object:
+            # Strings (raw text for a model's own preprocessing, as keras-hub's
+            # tasks take it): an object array's bytes are its pointers.
+            for item in value.reshape(-1):
+                data = item if isinstance(item, bytes) else str(item).encode()
+                digest.update(len(data).to_bytes(8, "little") + data)
+        else:
+            digest.update(value.tobytes())
     return digest.hexdigest()[:16]
 
 

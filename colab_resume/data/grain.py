@@ -189,6 +189,21 @@ class GrainPosition:
             DatasetError: the checkpoint's pipeline is not this one, or its
                 state does not fit this pipeline.
         """
+        fed = self.fed(dataset, epoch, drop=drop, wanted=wanted)
+        if fed is None:
+            return None
+        batches: Iterator[Any] = fed if hasattr(fed, "__next__") else iter(fed)
+        return batches
+
+    def fed(self, dataset: Any, epoch: int, *, drop: int, wanted: int) -> Any:
+        """As :meth:`open`, of the kind ``dataset`` is: what ``fit`` would get.
+
+        A ``MapDataset`` gives its slice (a ``MapDataset``), an
+        ``IterDataset`` a positioned ``IterDataset``
+        (:mod:`colab_resume.data.grain_fed`); an iterator or a ``DataLoader``
+        gives an iterator of the batches. A model whose own ``fit`` maps its
+        preprocessing over a Grain dataset (keras-hub's tasks) can do so.
+        """
         if not is_grain(dataset):
             return None
         pipeline = describe(dataset)
@@ -197,9 +212,20 @@ class GrainPosition:
         if _is_map_dataset(dataset):
             if drop:
                 self.how = "index"
-            batches: Iterator[Any] = iter(dataset[drop : drop + wanted])
-            return batches
+            return dataset[drop : drop + wanted]
+        if _is_iter_dataset(dataset):
+            from colab_resume.data.grain_fed import PositionedIterDataset
+
+            def opened() -> Iterator[Any]:
+                return self._opened(iter(dataset), epoch, drop, wanted)
+
+            return PositionedIterDataset(opened(), opened, dataset)
         iterator = dataset if hasattr(dataset, "__next__") else iter(dataset)
+        return self._opened(iterator, epoch, drop, wanted)
+
+    def _opened(
+        self, iterator: Any, epoch: int, drop: int, wanted: int
+    ) -> Iterator[Any]:
         if drop:
             self._position(iterator, epoch, drop)
         return self._tracked(iterator, drop, wanted)
@@ -323,6 +349,12 @@ def _is_map_dataset(dataset: Any) -> bool:
     import grain
 
     return isinstance(dataset, grain.MapDataset)
+
+
+def _is_iter_dataset(dataset: Any) -> bool:
+    import grain
+
+    return isinstance(dataset, grain.IterDataset)
 
 
 def _encoded(state: Any) -> Any:

@@ -1,0 +1,43 @@
+"""keras-hub task models fine-tuned under ``agent.fit`` on JAX, no TensorFlow.
+
+A keras-hub ``Task`` takes a Grain ``MapDataset`` of raw strings and maps its
+preprocessing over it, refusing the generator of batches the agent used to
+hand it. Tiny models built from config (``GemmaCausalLM``,
+``BertTextClassifier`` with LoRA), SIGKILLed mid-epoch and rerun in real
+processes, end bitwise equal to an uninterrupted run (:mod:`support.hub`).
+"""
+
+from __future__ import annotations
+
+import pytest
+from support.hub import killed_and_rerun
+
+pytest.importorskip("keras_hub", reason="keras-hub is a test dependency (make test)")
+
+
+@pytest.mark.parametrize(
+    "args", [("--model", "gemma"), ("--model", "bert", "--lora")], ids=" ".join
+)
+def test_a_task_model_killed_and_rerun_equals_uninterrupted(tmp_path, args) -> None:
+    killed_and_rerun(str(tmp_path), *args)
+
+
+def test_fit_gets_a_grain_dataset_of_the_kind_returned() -> None:
+    """A ``MapDataset`` is fed as its slice, an ``IterDataset`` as a
+    positioned ``IterDataset``: a model's own ``fit`` may map over either."""
+    import grain
+
+    from colab_resume.data.grain import GrainPosition
+
+    rows = list(range(12))
+    mapped = grain.MapDataset.source(rows).batch(2)
+    fed = GrainPosition().fed(mapped, 0, drop=2, wanted=3)
+    assert isinstance(fed, grain.MapDataset)
+    assert [list(b) for b in fed] == [[4, 5], [6, 7], [8, 9]]
+
+    iterable = grain.MapDataset.source(rows).batch(2).to_iter_dataset()
+    fed = GrainPosition().fed(iterable, 0, drop=1, wanted=2)
+    assert isinstance(fed, grain.IterDataset)
+    doubled = fed.map(lambda b: b * 2)  # what keras-hub does with it
+    assert [list(b) for b in doubled] == [[4, 6], [8, 10]]
+    assert [list(b) for b in fed] == [[2, 3], [4, 5]]  # iterated again: anew

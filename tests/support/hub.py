@@ -1,0 +1,60 @@
+"""keras-hub task models killed and rerun, on whichever backend runs the test.
+
+``tests/workers/hub_worker.py`` builds a tiny task model from config (never a
+download) and fine-tunes it through ``agent.fit``; :func:`killed_and_rerun`
+runs it straight, then SIGKILLed mid-run and rerun, and compares every model
+and optimizer variable bitwise.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from support.compare import load
+from support.processes import WORKERS, python_path
+
+KILL_AT = 9  # saves every 3 steps, 5 steps an epoch: a resume mid-epoch
+
+
+def hub_worker(run_dir: str, out: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``tests/workers/hub_worker.py`` in a fresh process, awaited."""
+    env = dict(os.environ, PYTHONPATH=python_path())
+    env.pop("XLA_FLAGS", None)
+    return subprocess.run(
+        [sys.executable, os.path.join(WORKERS, "hub_worker.py"), run_dir, out, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
+
+
+def killed_and_rerun(tmp: str, *args: str) -> list[int]:
+    """Run straight, then killed at :data:`KILL_AT` and rerun; assert bitwise
+    equal ends. Returns the steps the rerun restored from."""
+    import json
+
+    straight = hub_worker(f"{tmp}/a", f"{tmp}/a-out", *args)
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    killed = hub_worker(
+        f"{tmp}/b", f"{tmp}/b-out", *args, "--kill-at-step", str(KILL_AT)
+    )
+    assert killed.returncode == -9, killed.stderr[-4000:]
+    assert f"KILLING at step {KILL_AT}" in killed.stdout  # it died training
+    rerun = hub_worker(f"{tmp}/b", f"{tmp}/b-out", *args)
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    want = load(f"{tmp}/a-out/weights.npz")
+    got = load(f"{tmp}/b-out/weights.npz")
+    assert sorted(got) == sorted(want)
+    differ = [name for name in want if got[name].tobytes() != want[name].tobytes()]
+    assert not differ, differ
+    with open(f"{tmp}/b-out/result.json") as handle:
+        restored: list[int] = json.load(handle)["restored"]
+    # A mid-epoch checkpoint, before the kill (the one at 9 may still have
+    # been uploading when it landed).
+    assert len(restored) == 1 and restored[0] in (3, 6, 9), restored
+    assert restored[0] % 5, restored
+    return restored
