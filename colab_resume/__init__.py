@@ -10,7 +10,10 @@ from colab_resume._version import __version__
 from colab_resume.agent import Agent, AgentOptions
 from colab_resume.agent.callback import StartPoint
 from colab_resume.agent.progress import Progress
-from colab_resume.backend.current import choose_jax_where_tensorflow_is_absent
+from colab_resume.backend.current import (
+    UnsupportedBackendError,
+    choose_jax_where_tensorflow_is_absent,
+)
 from colab_resume.backend.jax_distributed import process_rows
 from colab_resume.checkpoint.errors import (
     NoValidCheckpointError,
@@ -56,6 +59,7 @@ __all__ = [
     "StorageUnavailableError",
     "StructureMismatchError",
     "Teardown",
+    "UnsupportedBackendError",
     "__version__",
     "authenticate",
     "exit_code",

@@ -37,6 +37,7 @@ from colab_resume.agent.steps import (
     StepHook,
 )
 from colab_resume.backend.accelerator import Accelerator
+from colab_resume.backend.current import check_supported as check_supported_backend
 from colab_resume.backend.current import current as current_backend
 from colab_resume.events import EventLog
 from colab_resume.exit_status import (
@@ -89,6 +90,8 @@ class Agent:
     Raises:
         ValueError: a bad option (the message names it and the fix).
         UnsupportedURLError: ``run_dir`` has a scheme we cannot open.
+        UnsupportedBackendError: Keras uses a backend other than TensorFlow
+            or JAX (``KERAS_BACKEND=torch``).
         NoRunDirError: no ``run_dir``, and the environment names none.
 
     Exits:
@@ -102,6 +105,7 @@ class Agent:
 
     def __init__(self, run_dir: str | None = None, **options: Any) -> None:
         self.options = agent_options(**options)
+        check_supported_backend()  # before anything is written or connected
         identity = None if run_dir is not None else run_dir_from_environment()
         self.run_dir = identity.run_dir if identity is not None else str(run_dir)
         self.events = EventLog()

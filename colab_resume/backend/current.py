@@ -6,12 +6,52 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from colab_resume.errors import ColabResumeError
+
 # Annotations only: the chooser names the protocol it returns, whose
 # module names the accelerator, which asks this chooser.
 if TYPE_CHECKING:
     from colab_resume.backend.base import Backend
 
 _chosen: dict[str, Backend] = {}
+
+# The Keras backends the agent drives; any other is refused by name.
+SUPPORTED = ("tensorflow", "jax")
+
+
+class UnsupportedBackendError(ColabResumeError, RuntimeError):
+    """Keras uses a backend the agent does not drive (``torch``, ``numpy``...)."""
+
+
+def check_supported() -> str:
+    """The backend Keras uses, if the agent drives it.
+
+    Asked before anything is written to the run directory: a backend the
+    agent cannot checkpoint must not take the lease and then fail.
+
+    Raises:
+        UnsupportedBackendError: it is another; the message names it, where
+            it came from, the supported ones and the fix.
+    """
+    chosen = name()
+    if chosen in SUPPORTED:
+        return chosen
+    raise UnsupportedBackendError(
+        f"Keras uses the {chosen!r} backend ({_where_chosen()}); colab_resume "
+        f"trains on {' and '.join(map(repr, SUPPORTED))} only. Set the backend "
+        f"before Keras is imported: os.environ['KERAS_BACKEND'] = 'jax' (a TPU, "
+        f"or any machine with JAX) or 'tensorflow' (a GPU with TensorFlow) in "
+        f"the first cell, then restart the runtime (Keras reads it once, at "
+        f"import). Nothing was written to the run directory."
+    )
+
+
+def _where_chosen() -> str:
+    if "keras" in sys.modules:
+        return "Keras is already imported with it"
+    if os.environ.get("KERAS_BACKEND"):
+        return f"KERAS_BACKEND={os.environ['KERAS_BACKEND']}"
+    return "from ~/.keras/keras.json"
 
 
 def name() -> str:
@@ -37,10 +77,12 @@ def current() -> Backend:
     """The :class:`~colab_resume.backend.base.Backend` Keras trains with.
 
     Chosen once per backend name, like Keras' own backend: a process asks
-    the same instance every time. Only TensorFlow and JAX are supported;
-    any other Keras backend gets TensorFlow's answers, as before.
+    the same instance every time.
+
+    Raises:
+        UnsupportedBackendError: Keras uses neither TensorFlow nor JAX.
     """
-    which = "jax" if is_jax() else "tensorflow"
+    which = check_supported()
     chosen = _chosen.get(which)
     if chosen is None:
         if which == "jax":
