@@ -203,12 +203,17 @@ class RunLoop:
         except BaseException as exc:
             self.fail(exc, session, manager)
             raise
+        if info is not None:
+            try:
+                self.announce_runtime(info, driver)
+            except BaseException as exc:
+                self.fail(exc, session, manager)
+                raise
         duties = self.make_duties(driver, session, manager, start)
         self.duties = duties
         if info is None:
             point = StartPoint(step=0, initial_epoch=0, skip=0)
         else:
-            self.announce_runtime(info)
             point = driver.start_point(info.step, info.epoch, info.extras)
         self._light = LightSession(
             driver,
@@ -355,7 +360,7 @@ class RunLoop:
                 if info is not None:
                     said = info.describe(driver.steps_per_epoch)
                     self.events.emit("run.resumed_at", said, step=start)
-                    self.announce_runtime(info)
+                    self.announce_runtime(info, driver)
                 self.duties = self.make_duties(driver, session, manager, start)
                 session.update(state="training", step=start)
                 if driver.total_steps is None or start < driver.total_steps:
@@ -408,14 +413,29 @@ class RunLoop:
         self.processes.agree_start(start, driver)
         return info, start
 
-    def announce_runtime(self, info: RestoredInfo) -> None:
-        """Say what changed if another runtime wrote the restored checkpoint."""
-        runtime_facts.announce(
+    def announce_runtime(self, info: RestoredInfo, driver: Driver) -> None:
+        """Say what changed if another runtime wrote the restored checkpoint.
+
+        Raises:
+            RuntimeChangedError: it did, and ``on_runtime_change="refuse"``.
+        """
+        changed = runtime_facts.announce(
             self.events,
             info.extras.get(runtime_facts.KEY),
-            runtime_facts.facts(self.connection),
+            self.runtime_facts(driver),
             step=info.step,
             skipped_groups=info.skipped_groups,
+            refuse=self.options.on_runtime_change == "refuse",
+        )
+        if changed:
+            log.warning(
+                "[step %d] the runtime changed: %s", info.step, "; ".join(changed)
+            )
+
+    def runtime_facts(self, driver: Driver) -> dict[str, Any]:
+        """This session's runtime facts, with the built model's layouts."""
+        return runtime_facts.facts(
+            self.connection, self.accelerator.strategy, getattr(driver, "model", None)
         )
 
     def _recover(
@@ -483,7 +503,7 @@ class RunLoop:
             metrics=driver.metrics,
             tick=self.progress.tick,
             hooks=self.step_hooks,
-            runtime=runtime_facts.facts(self.connection),
+            runtime=self.runtime_facts(driver),
             stop_at=stop_at,
             agree=agree,
             clock=StepClock(self.timings),

@@ -48,6 +48,7 @@ _FLAT: dict[str, tuple[str, str]] = {
     "storage_retry_seconds": ("storage_retry", "total_seconds"),
     "run_id": ("session", "expected_run_id"),
     "reset_data_fingerprints": ("", "reset_data_fingerprints"),
+    "on_runtime_change": ("", "on_runtime_change"),
     "exit_on_preemption": ("", "exit_on_preemption"),
     "preemption_notices": ("", "preemption_notices"),
     "on_done": ("", "on_done"),
@@ -60,6 +61,7 @@ _FLAT: dict[str, tuple[str, str]] = {
     "start_timeout_seconds": ("cluster", "start_timeout_seconds"),
 }
 OPTIONS = tuple(_FLAT)
+RUNTIME_CHANGE_CHOICES = ("continue", "refuse")
 
 # The options no part owns, with their defaults ("" in _FLAT: the Agent's).
 RECOVERY_BACKOFF_SECONDS = 2.0
@@ -67,6 +69,7 @@ _OWN_DEFAULTS: dict[str, Any] = {
     "storage_options": None,
     "max_recoveries": 3,
     "reset_data_fingerprints": False,
+    "on_runtime_change": "continue",
     "exit_on_preemption": None,
     "preemption_notices": None,
     "on_done": None,
@@ -129,6 +132,12 @@ class AgentOptions:
             one whose ``run.json`` names another run is refused
             (``RunMismatchError``) before anything is written. None (the
             default) continues whatever run the directory holds.
+        on_runtime_change (str): what a resume does when the checkpoint was
+            written under another runtime (backend, device kind or count,
+            distribution or layout, precision, library versions):
+            ``"continue"`` (default) says what changed and whether the end
+            can still be bitwise equal, then trains; ``"refuse"`` raises
+            ``RuntimeChangedError`` naming the changes, before training.
         reset_data_fingerprints (bool): on resume, discard the data fingerprints
             stored with the checkpoint and record new ones, instead of
             raising ``NonDeterministicDatasetError``: for the one run after
@@ -183,6 +192,7 @@ class AgentOptions:
         storage_options: as given.
         max_recoveries: as given.
         reset_data_fingerprints: as given.
+        on_runtime_change: as given.
         exit_on_preemption: as given.
         preemption_notices: as given.
         on_done: as a :class:`~colab_resume.launch.teardown.Teardown`, or None.
@@ -203,6 +213,7 @@ class AgentOptions:
     storage_options: dict[str, Any] | None
     max_recoveries: int
     reset_data_fingerprints: bool
+    on_runtime_change: str
     exit_on_preemption: bool | None
     preemption_notices: bool | None
     on_done: Teardown | None
@@ -261,6 +272,13 @@ class AgentOptions:
                 f"{{'token': 'anon'}}) or None, got {own['storage_options']!r}."
             )
         check_int("max_recoveries", own["max_recoveries"], minimum=0)
+        if own["on_runtime_change"] not in RUNTIME_CHANGE_CHOICES:
+            raise ValueError(
+                f"on_runtime_change must be one of "
+                f"{', '.join(map(repr, RUNTIME_CHANGE_CHOICES))}, got "
+                f"{own['on_runtime_change']!r}: 'refuse' stops a resume on "
+                f"another runtime before training, 'continue' says what changed."
+            )
         for name in ("exit_on_preemption", "preemption_notices"):
             if own[name] is not None:
                 check_bool(name, own[name], hint="Or None: decided for this runtime.")

@@ -16,21 +16,58 @@ change.
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import platform
 from typing import Any
 
 from colab_resume import backend
 from colab_resume.backend import jax_distributed
+from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
 
 KEY = "runtime"  # in a checkpoint's extras
-COMPARED = ("backend", "processes", "replicas", "precision", "kind")
+COMPARED = (
+    "backend",
+    "processes",
+    "replicas",
+    "precision",
+    "kind",
+    "chip",
+    "distribution",
+    "versions",
+)
+# The libraries whose version can change a step's numbers, as pip names them
+# (the first installed of each group; the TensorFlow builds have three names).
+LIBRARIES = (
+    ("keras",),
+    ("jax",),
+    ("jaxlib",),
+    ("tensorflow", "tensorflow-cpu", "tensorflow-tpu"),
+    ("keras-hub",),
+    ("grain",),
+    ("numpy",),
+)
 
 
-def facts(connection: Any) -> dict[str, Any]:
-    """This session's runtime, as a checkpoint records it."""
+class RuntimeChangedError(ColabResumeError, RuntimeError):
+    """``on_runtime_change="refuse"``: the checkpoint was written under
+    another runtime (the message lists what changed)."""
+
+
+def facts(connection: Any, strategy: Any = None, model: Any = None) -> dict[str, Any]:
+    """This session's runtime, as a checkpoint records it.
+
+    Args:
+        connection: what the accelerator connected (None before).
+        strategy: the ``tf.distribute`` strategy or ``keras.distribution``
+            trained under, for its description (None: the backend's global).
+        model: the model built, for the layout of each sharded variable.
+    """
     found: dict[str, Any] = {
         "backend": backend.name(),
         "processes": jax_distributed.process_count(),
+        "versions": versions(),
     }
     if connection is not None:
         found.update(
@@ -38,7 +75,24 @@ def facts(connection: Any) -> dict[str, Any]:
             chip=connection.chip_type,
             replicas=connection.replicas,
             precision=connection.precision,
+            distribution=backend.current().describe_distribution(strategy, model),
         )
+    return found
+
+
+def versions() -> dict[str, str]:
+    """Python's, the installed libraries' and Colab's runtime version."""
+    found = {"python": platform.python_version()}
+    for names in LIBRARIES:
+        for name in names:
+            try:
+                found[names[0]] = importlib.metadata.version(name)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    colab = os.environ.get("COLAB_RELEASE_TAG")
+    if colab:
+        found["colab"] = colab[:200]
     return found
 
 
@@ -57,14 +111,32 @@ def label(runtime: dict[str, Any]) -> str:
 
 
 def changes(saved: Any, now: dict[str, Any]) -> list[str]:
-    """What differs between the checkpoint's runtime and this one, in words."""
+    """What differs between the checkpoint's runtime and this one, in words.
+
+    A mapping (the distribution, the versions) is compared key by key, so
+    that the words name what changed: ``"versions.keras 3.13.2 -> 3.15.1"``.
+    """
     if not isinstance(saved, dict):
         return []  # written by a version that did not record it
-    return [
-        f"{field} {saved.get(field)} -> {now.get(field)}"
-        for field in COMPARED
-        if field in saved and field in now and saved[field] != now[field]
-    ]
+    found: list[str] = []
+    for field in COMPARED:
+        if field not in saved or field not in now or saved[field] == now[field]:
+            continue
+        old, new = saved[field], now[field]
+        if isinstance(old, dict) and isinstance(new, dict):
+            found += [
+                f"{field}.{key} {_short(old.get(key))} -> {_short(new.get(key))}"
+                for key in sorted(set(old) | set(new), key=str)
+                if old.get(key) != new.get(key)
+            ]
+        else:
+            found.append(f"{field} {_short(old)} -> {_short(new)}")
+    return found
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def announce(
@@ -74,8 +146,13 @@ def announce(
     *,
     step: int,
     skipped_groups: tuple[str, ...] = (),
+    refuse: bool = False,
 ) -> list[str]:
-    """Emit ``run.runtime_changed`` when the runtime changed; return the changes."""
+    """Emit ``run.runtime_changed`` when the runtime changed; return the changes.
+
+    Raises:
+        RuntimeChangedError: ``refuse`` and something changed (after the event).
+    """
     changed = changes(saved, now)
     if not changed:
         return []
@@ -92,14 +169,39 @@ def announce(
     events.emit(
         "run.runtime_changed",
         f"continuing on {label(now)} from a checkpoint written on "
-        f"{label(saved)} ({', '.join(changed)}). Training resumes at step "
-        f"{step} with the data position and all state; bitwise equality with "
-        f"an uninterrupted run holds only for the same backend, process and "
-        f"replica count, and precision.{notes}",
-        level="warning",
+        f"{label(saved)} ({', '.join(changed)}). "
+        + (
+            "Refused (on_runtime_change='refuse'): nothing was trained. "
+            if refuse
+            else f"Training resumes at step {step} with the data position and "
+            f"all state. "
+        )
+        + f"{bitwise(changed)}{notes}",
+        level="error" if refuse else "warning",
         step=step,
         changes=changed,
         saved=saved,
         now=now,
     )
+    if refuse:
+        raise RuntimeChangedError(
+            f"The checkpoint at step {step} was written on {label(saved)}; this "
+            f"session runs {label(now)}. What changed: {'; '.join(changed)}. "
+            f"{bitwise(changed)} Resume on the runtime it was written on, or "
+            f"create the Agent with on_runtime_change='continue' to train on."
+        )
     return changed
+
+
+def bitwise(changed: list[str]) -> str:
+    """Whether the end can still equal an uninterrupted run's, in words."""
+    if all(change.startswith("versions.colab ") for change in changed):
+        return (
+            "Bitwise equality with an uninterrupted run still holds: nothing "
+            "that computes a step changed."
+        )
+    return (
+        "No bitwise equality with an uninterrupted run: another backend, "
+        "device count, distribution or layout reduces in another order, and "
+        "another precision or library version computes other numbers."
+    )

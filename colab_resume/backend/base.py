@@ -122,6 +122,12 @@ class Backend(Protocol):
         """The datasets one after the other, as one dataset (several epochs)."""
         ...
 
+    def describe_distribution(self, strategy: Any, model: Any) -> dict[str, Any]:
+        """What the run trains under, as JSON: its kind, mesh shape and axes,
+        where it came from, and the layout of each of ``model``'s sharded
+        variables (``model`` may be None)."""
+        ...
+
     def fit_input(self, dataset: Any, model: Any) -> tuple[Any, Callable[[], None]]:
         """What to pass ``model.fit`` for ``dataset``, and a call for after it
         returns (it lets go of what ``fit`` made from the input)."""

@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import re
 import sys
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from colab_resume.backend import jax_distributed
 from colab_resume.backend.base import CustomLoop, StepHooks
-from colab_resume.backend.numpy_batches import epoch_batches
+from colab_resume.backend.numpy_batches import epoch_batches, epoch_input
 from colab_resume.data.contract import DatasetError
 from colab_resume.runtime import diagnose
 from colab_resume.runtime.detect import detect
@@ -42,6 +43,9 @@ if (
     from colab_resume.runtime.connection import Connection
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+# The distributions the agent built; any other set in Keras is the user's.
+_OURS: weakref.WeakSet[Any] = weakref.WeakSet()
+log = logging.getLogger(__name__)
 # A multi-process epoch's rows generator -> the global batches it splits.
 _GLOBAL_BATCHES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
@@ -128,6 +132,11 @@ def connect(prefer: str, cpu_replicas: int) -> JaxConnection:
             f"prefer='auto'."
         ) from exc
     many = jax_distributed.process_count() > 1
+    users = keras.distribution.distribution()
+    if users is not None and users not in _OURS:
+        # The user's (a ModelParallel with their LayoutMap, say): kept, never
+        # replaced by a DataParallel that would replicate what they sharded.
+        return _kept(users)
     if devices[0].platform == "cpu" and not many:
         if len(devices) < cpu_replicas:
             raise LogicalDevicesError(
@@ -142,9 +151,76 @@ def connect(prefer: str, cpu_replicas: int) -> JaxConnection:
         devices=devices, **({"auto_shard_dataset": False} if many else {})
     )
     keras.distribution.set_distribution(distribution)
+    _OURS.add(distribution)
+    log.info(
+        "training under a DataParallel over %d %s device(s), built by the agent "
+        "(no keras.distribution was set)",
+        len(devices),
+        devices[0].platform,
+    )
     kind = str(devices[0].platform)
     chip = str(getattr(devices[0], "device_kind", kind)) if kind != "cpu" else "cpu"
     return JaxConnection(distribution, kind, chip, len(devices))
+
+
+def _kept(distribution: Any) -> JaxConnection:
+    """The user's distribution, as a connection (said in the log)."""
+    import jax
+
+    # Keras' mesh names its devices ("cpu:0"); JAX's own mesh holds them.
+    backend_mesh = getattr(distribution.device_mesh, "backend_mesh", None)
+    devices = list(backend_mesh.devices.flat) if backend_mesh else jax.devices()
+    kind = str(devices[0].platform)
+    chip = str(getattr(devices[0], "device_kind", kind)) if kind != "cpu" else "cpu"
+    mesh = distribution.device_mesh
+    log.info(
+        "training under the %s the user set (mesh %s, axes %s), kept: the agent "
+        "builds its own DataParallel only when none is set",
+        type(distribution).__name__,
+        tuple(mesh.shape),
+        tuple(mesh.axis_names),
+    )
+    return JaxConnection(distribution, kind, chip, batch_split(distribution))
+
+
+def batch_split(distribution: Any) -> int:
+    """Devices a global batch is split over: the mesh's batch axis (every
+    device for a ``DataParallel``; the batch axis of a ``ModelParallel``)."""
+    mesh = distribution.device_mesh
+    axis = getattr(distribution, "batch_dim_name", None)
+    if axis in tuple(mesh.axis_names):
+        return int(dict(zip(mesh.axis_names, mesh.shape, strict=True))[axis])
+    return int(mesh.devices.size)
+
+
+def describe_distribution(model: Any = None) -> dict[str, Any]:
+    """Keras' global distribution as JSON, and ``model``'s sharded variables.
+
+    ``layouts``: each variable not replicated whole on every device, by its
+    path, as its partition spec (one axis name or None per dimension).
+    """
+    import keras
+
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return {}
+    mesh = distribution.device_mesh
+    found: dict[str, Any] = {
+        "kind": type(distribution).__name__,
+        "mesh": [int(n) for n in mesh.shape],
+        "axes": [str(a) for a in mesh.axis_names],
+        "set_by": "agent" if distribution in _OURS else "user",
+    }
+    layouts: dict[str, Any] = {}
+    for variable in getattr(model, "variables", None) or []:
+        spec = getattr(getattr(variable.value, "sharding", None), "spec", None)
+        if spec is not None and any(axis is not None for axis in spec):
+            layouts[str(variable.path)] = [
+                list(axis) if isinstance(axis, tuple) else axis for axis in spec
+            ]
+    if layouts:
+        found["layouts"] = layouts
+    return found
 
 
 def replicas() -> int:
@@ -154,7 +230,7 @@ def replicas() -> int:
     distribution = keras.distribution.distribution()
     if distribution is None:
         return 1
-    return int(distribution.device_mesh.devices.size)
+    return batch_split(distribution)
 
 
 def sync_fit_state(model: Any) -> None:
@@ -289,16 +365,18 @@ class JaxBackend:
         steps_per_epoch: int,
         position: GrainPosition | None = None,
     ) -> Any:
-        batches = numpy_epoch(
+        fed = numpy_epoch(
             make_dataset,
             epoch,
             skip=skip,
             steps_per_epoch=steps_per_epoch,
             position=position,
+            kind=True,
         )
         count = jax_distributed.process_count()
         if count == 1 or jax_distributed.shards_given():
-            return batches  # one process, or its own rows already
+            return fed  # one process, or its own rows already
+        batches = fed if hasattr(fed, "__next__") else iter(fed)
         # make_dataset yields global batches on every process; each feeds
         # its own rows, which Keras assembles into the global batch.
         index = jax_distributed.process_index()
@@ -331,6 +409,10 @@ class JaxBackend:
                 "epoch's batches."
             )
         return datasets[0]
+
+    def describe_distribution(self, strategy: Any, model: Any) -> dict[str, Any]:
+        """Keras' global distribution: kind, mesh, axes, origin, layouts."""
+        return describe_distribution(model)
 
     def fit_input(self, dataset: Any, model: Any) -> tuple[Any, Callable[[], None]]:
         """The dataset itself: nothing of JAX's blocks when ``fit`` lets go."""
@@ -399,9 +481,12 @@ def numpy_epoch(
     skip: int,
     steps_per_epoch: int,
     position: GrainPosition | None = None,
-) -> Iterator[Any]:
+    kind: bool = False,
+) -> Any:
     """JAX: ``make_dataset(epoch)``'s NumPy batches after ``skip``, as a generator
-    (:func:`colab_resume.backend.numpy_batches.epoch_batches`).
+    (:func:`colab_resume.backend.numpy_batches.epoch_batches`), or with
+    ``kind`` of the kind it returned, as ``fit`` would get it
+    (:func:`colab_resume.backend.numpy_batches.epoch_input`).
 
     Raises:
         DatasetError: it is a ``tf.data.Dataset``, not iterable, or too short.
@@ -416,7 +501,7 @@ def numpy_epoch(
                 f"TensorFlow is not needed."
             )
 
-    return epoch_batches(
+    return (epoch_input if kind else epoch_batches)(
         make_dataset,
         epoch,
         skip=skip,

@@ -1,0 +1,83 @@
+"""The user's ``keras.distribution`` is theirs; a changed layout is named.
+
+Real processes (``mesh_worker.py``) on 8 CPU devices: a ``ModelParallel``
+the user set globally before creating the Agent (a (2, 4) mesh, Dense
+kernels sharded over ``"model"``) is kept — the kernels train sharded — and
+a run SIGKILLed mid-epoch and rerun ends bitwise equal to an uninterrupted
+one. The same run resumed on a (4, 2) mesh, or on a ``DataParallel``,
+emits ``run.runtime_changed`` naming what changed and saying that the end is
+no longer bitwise; with ``on_runtime_change="refuse"`` it is refused by
+name before training.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+from support.on_jax import jax_worker
+from support.processes import read_out as read
+
+KILL_AT = 8  # saves every 3 steps, 6 steps an epoch
+
+
+def worker(run_dir: str, out: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return jax_worker("mesh_worker", run_dir, out, *args)
+
+
+def killed(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    run = str(tmp_path / "run")
+    died = worker(run, str(tmp_path / "first"), "--kill-at-step", str(KILL_AT))
+    assert died.returncode == -9, died.stderr[-4000:]
+    assert f"KILLING at step {KILL_AT}" in died.stdout  # it died training
+    return run
+
+
+def test_a_users_model_parallel_is_kept_and_resumes_bitwise(tmp_path) -> None:
+    straight = worker(str(tmp_path / "a"), str(tmp_path / "a-out"))
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    run = killed(tmp_path)
+    rerun = worker(run, str(tmp_path / "b-out"))
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    assert "training under the ModelParallel the user set" in rerun.stderr
+    want, _ = read(str(tmp_path / "a-out"))
+    got, result = read(str(tmp_path / "b-out"))
+    assert result["restored"] and result["restored"][0] < KILL_AT
+    assert result["runtime_changed"] == []  # the same mesh: nothing to say
+    # Sharded as the user's LayoutMap says, not replicated by the agent.
+    assert result["specs"]["sequential/dense_a/kernel"] == [None, "model"]
+    assert result["specs"]["sequential/out/kernel"] == [None, None]
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes(), name
+
+
+def test_another_mesh_is_named(tmp_path) -> None:
+    run = killed(tmp_path)
+    rerun = worker(run, str(tmp_path / "out"), "--mesh", "4,2")
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    _, result = read(str(tmp_path / "out"))
+    (event,) = result["runtime_changed"]
+    assert "distribution.mesh [2, 4] -> [4, 2]" in event["changes"]
+    assert "No bitwise equality with an uninterrupted run" in event["message"]
+    assert "the runtime changed: " in rerun.stderr  # and in the log
+
+
+def test_data_parallel_after_model_parallel_is_named(tmp_path) -> None:
+    run = killed(tmp_path)
+    rerun = worker(run, str(tmp_path / "out"), "--data-parallel")
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    _, result = read(str(tmp_path / "out"))
+    (event,) = result["runtime_changed"]
+    assert "distribution.kind ModelParallel -> DataParallel" in event["changes"]
+    assert any(c.startswith("distribution.layouts ") for c in event["changes"])
+
+
+def test_refuse_stops_a_resume_on_another_mesh_before_training(tmp_path) -> None:
+    run = killed(tmp_path)
+    rerun = worker(run, str(tmp_path / "out"), "--mesh", "4,2", "--refuse")
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    _, result = read(str(tmp_path / "out"))
+    refused = result["refused"]
+    assert "distribution.mesh [2, 4] -> [4, 2]" in refused
+    assert "on_runtime_change='continue'" in refused
+    assert "specs" not in result  # nothing trained
