@@ -25,7 +25,7 @@ heartbeat, from the records every session commits
 (:mod:`colab_resume.report.sessions`).
 
 Chunks read back are untrusted: size, depth and numbers bounded by
-:meth:`Storage.read_json` (:mod:`colab_resume.protocol.parsing`), every
+:meth:`Storage.read_json` (:mod:`colab_resume.parsing`), every
 field type-checked, damaged chunks reported and skipped.
 """
 
@@ -44,7 +44,7 @@ from typing import Any
 
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import Event, EventLog
-from colab_resume.protocol.parsing import MAX_RECORD_BYTES, decode, is_number
+from colab_resume.parsing import MAX_RECORD_BYTES, decode, is_number
 from colab_resume.report.timings import Timings
 from colab_resume.storage import Storage
 

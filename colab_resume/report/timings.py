@@ -26,7 +26,7 @@ from typing import Any
 from colab_resume import procfs
 from colab_resume.errors import CorruptRecordError
 from colab_resume.exit_status import in_kernel
-from colab_resume.protocol.parsing import is_number
+from colab_resume.parsing import is_number
 
 # A session measures at most this many seconds of anything (ten years):
 # a larger figure in a chunk is damage.
