@@ -18,8 +18,8 @@ from colab_resume.checkpoint.cadence import AutoCadence, Evidence
 from colab_resume.checkpoint.triggers import SaveTriggers, TriggerOptions
 from colab_resume.report.goodput import evidence_before
 from colab_resume.report.history import read_history
-from colab_resume.report.timings import Timings
 from colab_resume.storage import Storage
+from colab_resume.timings import Timings
 
 
 def test_without_a_failure_the_prior_sets_the_interval():

@@ -27,7 +27,7 @@ from colab_resume.agent.driver import Snapshot
 from colab_resume.checkpoint import CheckpointManager, SaveTriggers
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
-from colab_resume.report.timings import StepClock
+from colab_resume.timings import StepClock
 
 log = logging.getLogger(__name__)
 

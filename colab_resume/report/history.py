@@ -45,8 +45,8 @@ from typing import Any
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import Event, EventLog
 from colab_resume.parsing import MAX_RECORD_BYTES, decode, is_number
-from colab_resume.report.timings import Timings
 from colab_resume.storage import Storage
+from colab_resume.timings import Timings
 
 log = logging.getLogger(__name__)
 
