@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: the accelerator asks for a connector
-    from colab_resume.backend.accelerator import Accelerator, Connector
+    from colab_resume.backend.connector import Connecting, Connector
     from colab_resume.data.grain import GrainPosition
 
 
@@ -75,7 +75,7 @@ class Backend(Protocol):
         ``TensorFlowNotInstalledError`` saying what to install."""
         ...
 
-    def connector(self, accelerator: Accelerator) -> Connector:
+    def connector(self, accelerator: Connecting) -> Connector:
         """What connects ``accelerator`` (and again after a loss) with this
         framework."""
         ...
