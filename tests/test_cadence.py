@@ -82,7 +82,7 @@ def test_an_epochs_fingerprint_is_timed_once():
     tf = pytest.importorskip(
         "tensorflow", reason="the fingerprinted pipeline is a tf.data one here"
     )
-    from colab_resume.data.fingerprints import DataFingerprints
+    from colab_resume.agent.fingerprints import DataFingerprints
 
     def make_dataset(epoch: int, skip: int = 0):
         return tf.data.Dataset.range(64).map(lambda i: i * 2).batch(8)

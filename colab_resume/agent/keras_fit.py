@@ -30,6 +30,8 @@ from typing import Any
 from colab_resume import backend
 from colab_resume.agent import callback_state, metric_state, spans
 from colab_resume.agent.driver import Snapshot
+from colab_resume.agent.epochs import epoch_dataset, split_step
+from colab_resume.agent.fingerprints import DataFingerprints
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.backend import jax_distributed
@@ -38,9 +40,7 @@ from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.groups import ModelAndExtras
 from colab_resume.data.contract import accepts_skip
 from colab_resume.data.cost import RebuildWatch
-from colab_resume.data.fingerprints import DataFingerprints
 from colab_resume.data.grain import GrainPosition
-from colab_resume.data.position import epoch_dataset, split_step
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
 from colab_resume.validate import check_int

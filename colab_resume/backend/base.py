@@ -105,7 +105,7 @@ class Backend(Protocol):
         position: GrainPosition | None = None,
     ) -> Any:
         """``make_dataset(epoch)`` positioned after ``skip`` batches, ending at
-        the epoch (see :func:`colab_resume.data.position.epoch_dataset`)."""
+        the epoch (see :func:`colab_resume.agent.epochs.epoch_dataset`)."""
         ...
 
     def first_batch_of(self, dataset: Any) -> Any:
