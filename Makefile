@@ -85,10 +85,13 @@ wheel: $(STAMP)
 	$(PY) -m build --wheel --no-isolation --outdir $(DIST) .
 	@ls $(DIST)/colab_resume-*-py3-none-any.whl
 
+# lint-imports: the floors of docs/DESIGN.md §3 and where TensorFlow and
+# JAX may be imported, as contracts (.importlinter).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check colab_resume tests bench
 	$(VENV)/bin/ruff format --check colab_resume tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # The documentation site (mkdocs.yml) into build/site, strictly: a broken
 # link, a missing include or a docstring griffe cannot read fails it. Its own

@@ -30,6 +30,9 @@ TEST_REQUIRES = [
     # Two test processes: most tests wait on a child process or the
     # emulator, so a 2-core machine runs two of them at once.
     "pytest-xdist>=3.5",
+    # `make lint` checks the floors of docs/DESIGN.md §3 (.importlinter), and
+    # tests/test_floors.py proves the check fails on an import that climbs.
+    "import-linter>=2.1",
     # The portable checkpoint format writes the safetensors layout itself;
     # the library only checks, in the tests, that its files are safetensors.
     "safetensors>=0.4",

@@ -54,7 +54,7 @@ def skip_table(args: argparse.Namespace) -> None:
     import numpy as np
     import tensorflow as tf
 
-    from colab_resume.data import epoch_dataset
+    from colab_resume.agent.epochs import epoch_dataset
 
     examples = args.batches * args.batch_size
 

@@ -132,7 +132,7 @@ def test_one_slash_after_gs_is_refused_with_the_fix():
 
 
 def test_a_batch_that_cannot_be_split_over_the_replicas_is_named():
-    from colab_resume.data import check_global_batch
+    from colab_resume.agent.epochs import check_global_batch
 
     uneven = tf.data.Dataset.from_tensor_slices((X, Y)).batch(17)
     with pytest.raises(DatasetError, match="batches of 17 examples.*2 replicas"):

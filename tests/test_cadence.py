@@ -18,8 +18,8 @@ from colab_resume.checkpoint.cadence import AutoCadence, Evidence
 from colab_resume.checkpoint.triggers import SaveTriggers, TriggerOptions
 from colab_resume.report.goodput import evidence_before
 from colab_resume.report.history import read_history
-from colab_resume.report.timings import Timings
 from colab_resume.storage import Storage
+from colab_resume.timings import Timings
 
 
 def test_without_a_failure_the_prior_sets_the_interval():
@@ -82,7 +82,7 @@ def test_an_epochs_fingerprint_is_timed_once():
     tf = pytest.importorskip(
         "tensorflow", reason="the fingerprinted pipeline is a tf.data one here"
     )
-    from colab_resume.data.fingerprints import DataFingerprints
+    from colab_resume.agent.fingerprints import DataFingerprints
 
     def make_dataset(epoch: int, skip: int = 0):
         return tf.data.Dataset.range(64).map(lambda i: i * 2).batch(8)

@@ -17,10 +17,10 @@ import pytest
 from support.processes import run_cli, train_agent
 
 from colab_resume import procfs
+from colab_resume import timings as timings_module
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
 from colab_resume.report import goodput as gp
-from colab_resume.report import timings as timings_module
 from colab_resume.report.history import (
     HistoryRecorder,
     Point,
@@ -35,8 +35,8 @@ from colab_resume.report.sessions import (
     RunReport,
     Session,
 )
-from colab_resume.report.timings import StepClock, Timings
 from colab_resume.storage import Storage
+from colab_resume.timings import StepClock, Timings
 
 
 def report(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import subprocess
+import sys
 
 import colab_resume
 
@@ -121,3 +123,62 @@ def test_the_package_scan_sees_lazy_imports():
     assert "colab_resume.checkpoint.manager" in package_imports(
         "import colab_resume.checkpoint.manager"
     )
+
+
+# The user's training script in the demo builds its callback as a user
+# writes one.
+CLASSES_IN_FUNCTIONS_ALLOWED = {"demo.py": "the user's script in the demo"}
+
+
+def classes_in_functions(source: str) -> list[str]:
+    """Classes defined inside a function of ``source`` (``f.Inner``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ClassDef):
+                    found.append(f"{node.name}.{inner.name}")
+    return found
+
+
+def test_no_class_is_built_inside_a_function():
+    """A Keras class lives in a module that imports Keras at the top and is
+    imported once Keras is chosen (Keras' own backend/<name>/trainer.py), not
+    built by a function so that its module imports no Keras."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        inner = classes_in_functions(path.read_text(encoding="utf-8"))
+        if inner and relative not in CLASSES_IN_FUNCTIONS_ALLOWED:
+            found[relative] = inner
+    assert found == {}, f"classes built inside functions: {found}"
+
+
+def test_the_class_scan_sees_a_nested_class():
+    source = (
+        "def make():\n"
+        "    import keras\n"
+        "    class Hook(keras.callbacks.Callback):\n"
+        "        pass\n"
+    )
+    assert classes_in_functions(source) == ["make.Hook"]
+    assert classes_in_functions("class Top:\n    def f(self):\n        pass\n") == []
+
+
+def test_importing_every_module_without_keras_imports_no_keras():
+    """The modules that import Keras at the top are imported only once a
+    fit, a callback or a tracker's callback is made: importing the package
+    and its trackers imports none of them."""
+    code = (
+        "import sys\n"
+        "import colab_resume, colab_resume.trackers\n"
+        "import colab_resume.agent.core, colab_resume.trackers.mlflow_run\n"
+        "import colab_resume.trackers.wandb_run\n"
+        "import colab_resume.trackers.tensorboard_log\n"
+        "loaded = {'keras', 'tensorflow', 'jax'} & set(sys.modules)\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr

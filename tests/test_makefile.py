@@ -1,10 +1,10 @@
 """`make test` runs every phase even when one fails, and says which failed.
 
 The Makefile is the repository's own, run by real make in a copy of the
-tree. The tools each phase calls (ruff, mypy, mkdocs, and the pythons of the main,
-JAX and browser virtualenvs) are stand-ins here: the real phases take half
-an hour. Each stand-in records that it ran and fails when told to, which is
-all `make test` may rely on.
+tree. The tools each phase calls (ruff, mypy, lint-imports, mkdocs, and the
+pythons of the main, JAX and browser virtualenvs) are stand-ins here: the
+real phases take half an hour. Each stand-in records that it ran and fails
+when told to, which is all `make test` may rely on.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ PHASES = {
 }
 OTHER_TOOLS = {
     "mypy": ".venv/bin/mypy",
+    "lint-imports": ".venv/bin/lint-imports",
     "colab": "build/venv-colab/bin/python",
     "chromium": "path/chromium",
 }
@@ -122,5 +123,8 @@ def test_all_phases_passing_pass(tree):
     result, ran = make_test(tree)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    assert ran == ["ruff", "ruff", "mypy", "mkdocs", "suite", "jax", "browser"], output
+    assert ran == [
+        *("ruff", "ruff", "mypy", "lint-imports"),
+        *("mkdocs", "suite", "jax", "browser"),
+    ], output
     assert "make test: all phases passed" in result.stdout, output

@@ -18,6 +18,7 @@ import pytest
 
 import colab_resume
 from colab_resume import cli
+from colab_resume.cli import common
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.protocol import commit, rundir
 from colab_resume.protocol.listing import RunListing
@@ -62,7 +63,7 @@ def listings(
 ) -> collections.Counter[str]:
     """Run ``colab-resume ARGV RUN_DIR``; the prefixes it listed, with counts."""
     storage = CountingStorage(run_dir)
-    monkeypatch.setattr(cli, "_open", lambda args: storage)
+    monkeypatch.setattr(common, "open_run_dir", lambda args: storage)
     with contextlib.redirect_stdout(io.StringIO()):
         assert cli.main([argv[0], run_dir, *argv[1:]]) == rc
     return storage.listed

@@ -491,7 +491,7 @@ def test_outage_shorter_than_budget_is_ridden_out(
 def test_authenticate_signs_in_only_where_the_run_dir_needs_it(tmp_path, monkeypatch):
     """The README's cell, for a local run directory off Colab: no sign-in,
     no credentials looked for (the lookup would fail here)."""
-    from colab_resume.storage import auth
+    from colab_resume.storage import auth, sign_in
 
     def no_lookup(*args, **kwargs):
         raise AssertionError("looked for credentials")
@@ -500,6 +500,6 @@ def test_authenticate_signs_in_only_where_the_run_dir_needs_it(tmp_path, monkeyp
     assert cr.authenticate(run_dir=str(tmp_path / "runs" / "mnist")) is None
     assert cr.authenticate(run_dir="memory://runs/mnist") is None
     for url in ("gs://b/runs/r", "gdrive://runs/r", "/content/drive/MyDrive/runs/r"):
-        assert auth.needs_google_sign_in(url), url
+        assert sign_in.needs_google_sign_in(url), url
         with pytest.raises(AssertionError, match="looked for credentials"):
             cr.authenticate(run_dir=url)

@@ -189,7 +189,7 @@ class _Profile:
             "snapshot",
         ),
         "save: data fingerprint (make_dataset + 1st batch)": (
-            "data/fingerprints.py",
+            "agent/fingerprints.py",
             "record",
         ),
         "save: CheckpointManager.save (wait, staging dir, variables)": (

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-from colab_resume.agent import multihost
+from colab_resume.agent import multihost, panel_maker
 from colab_resume.agent.callback import ModelState, StartPoint
 from colab_resume.agent.console import ConsoleSink
 from colab_resume.agent.controls import Controls
@@ -305,9 +305,7 @@ class Agent:
         during ``fit``. It refreshes once a second from the training loop, and
         its buttons (checkpoint now, pause/resume, stop) work while the cell
         runs. Outside a notebook it is inert."""
-        from colab_resume.panel.live import agent_panel
-
-        return agent_panel(self, self._storage, self._console)
+        return panel_maker.make(self, self._storage, self._console)
 
     def status(self) -> RunStatus:
         """The run's status as anyone would read it from storage."""

@@ -43,12 +43,12 @@ from typing import Any
 
 from colab_resume import backend
 from colab_resume.agent.driver import Snapshot
+from colab_resume.agent.epochs import epoch_dataset, split_step
+from colab_resume.agent.fingerprints import DataFingerprints
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.data.cost import RebuildWatch
-from colab_resume.data.fingerprints import DataFingerprints
-from colab_resume.data.position import epoch_dataset, split_step
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
 from colab_resume.validate import check_int

@@ -11,36 +11,15 @@ says what to save, and trains from a step. ``agent.fit``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-# Annotations only, never imported at run time: the two modules name
-# each other's types without an import cycle.
-if TYPE_CHECKING:
-    from colab_resume.agent.steps import StepDuties
+from colab_resume.agent.snapshot import Snapshot
+from colab_resume.agent.steps import StepDuties
+
+if TYPE_CHECKING:  # annotations only: the checkpoints load no more than needed
     from colab_resume.checkpoint import RestoredInfo
 
-
-class Snapshot(NamedTuple):
-    """What one checkpoint saves.
-
-    Attributes:
-        state: what :class:`~colab_resume.checkpoint.CheckpointManager`
-            writes (a model, a model with extra groups, or a dict of
-            trackables).
-        epoch: the epoch of the step saved.
-        metrics: JSON-able metrics for the manifest.
-        extras: JSON-able driver values (History, fingerprints, callback
-            state...).
-        setup_seconds: what taking it cost that a save pays once an epoch
-            whatever the cadence (the epoch's data fingerprint), for
-            ``save_every="auto"``, which prices a save without it.
-    """
-
-    state: Any
-    epoch: int
-    metrics: dict[str, Any]
-    extras: dict[str, Any]
-    setup_seconds: float = 0.0
+__all__ = ["Driver", "Snapshot"]
 
 
 class Driver(Protocol):

@@ -30,6 +30,8 @@ from typing import Any
 from colab_resume import backend
 from colab_resume.agent import callback_state, metric_state, spans
 from colab_resume.agent.driver import Snapshot
+from colab_resume.agent.epochs import epoch_dataset, split_step
+from colab_resume.agent.fingerprints import DataFingerprints
 from colab_resume.agent.steps import StepDuties
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.backend import jax_distributed
@@ -38,9 +40,7 @@ from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.groups import ModelAndExtras
 from colab_resume.data.contract import accepts_skip
 from colab_resume.data.cost import RebuildWatch
-from colab_resume.data.fingerprints import DataFingerprints
 from colab_resume.data.grain import GrainPosition
-from colab_resume.data.position import epoch_dataset, split_step
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
 from colab_resume.validate import check_int
@@ -402,119 +402,22 @@ class KerasFit:
 
 
 def _make_hook(driver: KerasFit, duties: StepDuties) -> Any:
-    """The forwarding callback; built here so Keras is imported only when training."""
-    import keras
+    """The forwarding callback (:mod:`colab_resume.agent.keras_hooks`, imported
+    here so that Keras is imported only when training)."""
+    from colab_resume.agent import keras_hooks
 
     if driver._user_callbacks is None:
         # Shared by the hooks of every recovery, so begin/end stay paired.
-        driver._user_callbacks = keras.callbacks.CallbackList(
-            driver.user_callbacks, add_history=False, add_progbar=False
-        )
-
-    class AgentHook(keras.callbacks.Callback):  # type: ignore[misc]  # untyped keras
-        def __init__(self) -> None:
-            super().__init__()
-            self.users = driver._user_callbacks
-
-        def set_model(self, model: Any) -> None:
-            super().set_model(model)
-            self.users.set_model(model)
-
-        def set_params(self, params: dict[str, Any]) -> None:
-            # The user's callbacks see the whole run, not this one-epoch fit().
-            params = dict(params, epochs=driver.epochs, steps=driver.steps_per_epoch)
-            super().set_params(params)
-            self.users.set_params(params)
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            driver.begin_callbacks(self.users, logs)
-
-        def on_train_end(self, logs: Any = None) -> None:
-            self.last_train_logs = logs  # delivered once, by finish()
-
-        def finish(self) -> None:
-            self.users.on_train_end(getattr(self, "last_train_logs", None))
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            driver.enter_epoch(epoch)
-            if driver.skip:
-                # Resumed mid-epoch: this epoch began before the checkpoint.
-                driver.resume_epoch()
-            else:
-                self.users.on_epoch_begin(epoch, logs)
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            step = (epoch + 1) * driver.steps_per_epoch
-            if duties.step == step:  # the epoch ran to its end
-                driver.record_epoch(epoch, logs)
-            self.users.on_epoch_end(epoch, logs)
-            if duties.step == step and duties.after_step(step):
-                self.model.stop_training = True
-
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            duties.before_step()
-            self.users.on_train_batch_begin(batch + driver.skip, logs)
-            driver.start_random_op_watch()  # once: the first step is traced
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            driver.end_random_op_watch()
-            step = driver.epoch * driver.steps_per_epoch + driver.skip + batch + 1
-            driver.last_logs = dict(logs or {})
-            duties.step = driver.step = step
-            # After an epoch's last batch the step is complete only once the
-            # epoch's end (validation, History, on_epoch_end) is: a Ctrl-C in
-            # between must not save it, or that epoch would never be recorded.
-            duties.consistent = bool(step % driver.steps_per_epoch)
-            self.users.on_train_batch_end(batch + driver.skip, logs)
-            # The epoch's last step is handled in on_epoch_end, once its logs
-            # are in the history the checkpoint carries.
-            if step % driver.steps_per_epoch and duties.after_step(step):
-                self.model.stop_training = True
-
-        def on_test_begin(self, logs: Any = None) -> None:
-            self.users.on_test_begin(logs)
-
-        def on_test_end(self, logs: Any = None) -> None:
-            self.users.on_test_end(logs)
-
-        def on_test_batch_begin(self, batch: int, logs: Any = None) -> None:
-            self.users.on_test_batch_begin(batch, logs)
-
-        def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
-            self.users.on_test_batch_end(batch, logs)
-
-    return AgentHook()
+        driver._user_callbacks = keras_hooks.user_callbacks(driver.user_callbacks)
+    return keras_hooks.AgentHook(driver, duties, driver._user_callbacks)
 
 
 def _make_progbar(driver: KerasFit) -> Any:
-    """Keras' progress bar, told about the whole run rather than one-epoch fits.
+    """Keras' progress bar for the whole run
+    (:class:`~colab_resume.agent.keras_hooks.RunProgbar`)."""
+    from colab_resume.agent.keras_hooks import RunProgbar
 
-    Given in ``callbacks``, it replaces the one ``fit`` would add, which would
-    print no "Epoch i/N" line (each call sees ``epochs=epoch + 1``) and a bar
-    that ends early on a resumed, partial epoch.
-    """
-    import keras
-
-    class RunProgbar(keras.callbacks.ProgbarLogger):  # type: ignore[misc]  # untyped
-        def set_params(self, params: dict[str, Any]) -> None:
-            params = dict(params, epochs=driver.epochs, steps=driver.steps_per_epoch)
-            super().set_params(params)
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            super().on_train_begin(logs)
-            if driver.resumed_from and not driver.said_resumed:
-                driver.said_resumed = True  # once per call, above the bars
-                print(driver.resumed_from, flush=True)
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            super().on_epoch_begin(epoch, logs)
-            if driver.skip:
-                self.progbar.update(driver.skip)  # resumed mid-epoch
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            super().on_train_batch_end(batch + driver.skip, logs)
-
-    return RunProgbar()
+    return RunProgbar(driver)
 
 
 def _outside_scope(model: Any) -> bool:

@@ -71,10 +71,10 @@ from colab_resume.errors import FencedError, StorageFullError
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
 from colab_resume.report.goodput import evidence_before
-from colab_resume.report.timings import StepClock, Timings, script_launch_seconds
 from colab_resume.runtime import Connection, in_colab, vm_age
 from colab_resume.runtime.loss import is_accelerator_loss
 from colab_resume.storage import Storage
+from colab_resume.timings import StepClock, Timings, script_launch_seconds
 
 log = logging.getLogger(__name__)
 

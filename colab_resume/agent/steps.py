@@ -23,11 +23,11 @@ from typing import Any
 
 from colab_resume.agent import runtime_facts
 from colab_resume.agent.controls import Controls
-from colab_resume.agent.driver import Snapshot
+from colab_resume.agent.snapshot import Snapshot
 from colab_resume.checkpoint import CheckpointManager, SaveTriggers
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import RunSession
-from colab_resume.report.timings import StepClock
+from colab_resume.timings import StepClock
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class StepDuties:
         triggers: when a save is due.
         controls: pause / stop / save requests.
         events: the run's events.
-        snapshot: returns the :class:`~colab_resume.agent.driver.Snapshot` to save.
+        snapshot: returns the :class:`~colab_resume.agent.snapshot.Snapshot` to save.
         metrics: the latest metrics, cheaply (default: the snapshot's).
         tick: called after each step with the step, for the panel
             (rate-limits itself).

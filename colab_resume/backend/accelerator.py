@@ -5,12 +5,17 @@
 over a process-wide one, mirroring TensorFlow, whose TPU system and logical
 devices are process-wide too.
 
-What differs between the frameworks is a :class:`Connector`, asked of the
-current backend once: TensorFlow's (:mod:`colab_resume.backend.tf_connect`)
+What differs between the frameworks is a
+:class:`~colab_resume.backend.connector.Connector`, asked of the current
+backend once: TensorFlow's (:mod:`colab_resume.backend.tf_connect`)
 detects the machine and builds a ``tf.distribute.Strategy`` on the TPU, the
 GPUs or the CPU; JAX's (in :mod:`colab_resume.backend.jax`) builds a
 ``keras.distribution.DataParallel``. What is the same is here: the
 precision policy, the ``runtime.connected`` event, the reconnect sequence.
+
+The top of the backend package: it asks :func:`~colab_resume.backend.current`,
+which imports the backends; they see an accelerator through
+:class:`~colab_resume.backend.connector.Connecting` and import nothing here.
 """
 
 from __future__ import annotations
@@ -18,73 +23,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from colab_resume.backend import keras_state, tf_tpu
+from colab_resume.backend.connector import Connector, Platform
 from colab_resume.backend.current import current as current_backend
 from colab_resume.events import EventLog
-from colab_resume.runtime import diagnose, precision
+from colab_resume.runtime import precision
 from colab_resume.runtime.connection import Connection
 from colab_resume.runtime.errors import AcceleratorError
 from colab_resume.runtime.options import ConnectOptions
 
 log = logging.getLogger(__name__)
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Platform:
-    """Everything outside this process that connecting touches; for tests.
-
-    Defaults are the real machine. Tests replace what cannot run here (the
-    TPU) and what must not leak into other tests (Keras' global policy).
-
-    Attributes:
-        env: environment variables (None: ``os.environ`` at connect time).
-        root: filesystem root for device files.
-        module_available: whether a module is importable (no import).
-        tpu_api: the TensorFlow TPU calls (None: real TensorFlow).
-        set_precision: sets Keras' global dtype policy (the package's choice).
-        keep_precision: sets it again to the policy the user had set.
-        user_precision: the policy the user set before connecting, or None.
-        clear_session: resets Keras' global state.
-        sleep: waits between TPU connection attempts.
-        clock: monotonic seconds for the TPU connection deadline.
-        lock_path: libtpu's lock file.
-        proc_root: where procfs is mounted (to find the TPU's holder).
-    """
-
-    env: Mapping[str, str] | None = None
-    root: str = "/"
-    module_available: Callable[[str], bool] | None = None
-    tpu_api: tf_tpu.TPUApi | None = None
-    set_precision: Callable[[str], None] = keras_state.apply_policy
-    keep_precision: Callable[[str], None] = keras_state.keep_policy
-    user_precision: Callable[[], str | None] = keras_state.user_policy
-    clear_session: Callable[[], None] = keras_state.clear_session
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
-    lock_path: str = diagnose.LIBTPU_LOCK_PATH
-    proc_root: str = "/proc"
-
-
-class Connector(Protocol):
-    """What one framework does to connect an :class:`Accelerator`
-    (``Backend.connector``)."""
-
-    def connect(self) -> Any:
-        """Connect what the options ask for; return the strategy or distribution
-        (through :meth:`Accelerator.finish`)."""
-        ...
-
-    def release(self, previous: Connection) -> None:
-        """After a loss, before Keras' state is cleared: let go of the old one."""
-        ...
-
-    def reconnect(self, previous: Connection) -> Any:
-        """Connect the same kind as ``previous`` again."""
-        ...
+__all__ = [
+    "Accelerator",
+    "Connector",
+    "Platform",
+    "connect",
+    "current_connection",
+    "reconnect",
+]
 
 
 class Accelerator:

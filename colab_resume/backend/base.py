@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: the accelerator asks for a connector
-    from colab_resume.backend.accelerator import Accelerator, Connector
+    from colab_resume.backend.connector import Connecting, Connector
     from colab_resume.data.grain import GrainPosition
 
 
@@ -75,7 +75,7 @@ class Backend(Protocol):
         ``TensorFlowNotInstalledError`` saying what to install."""
         ...
 
-    def connector(self, accelerator: Accelerator) -> Connector:
+    def connector(self, accelerator: Connecting) -> Connector:
         """What connects ``accelerator`` (and again after a loss) with this
         framework."""
         ...
@@ -105,7 +105,7 @@ class Backend(Protocol):
         position: GrainPosition | None = None,
     ) -> Any:
         """``make_dataset(epoch)`` positioned after ``skip`` batches, ending at
-        the epoch (see :func:`colab_resume.data.position.epoch_dataset`)."""
+        the epoch (see :func:`colab_resume.agent.epochs.epoch_dataset`)."""
         ...
 
     def first_batch_of(self, dataset: Any) -> Any:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from colab_resume.errors import ColabResumeError
 
-# Annotations only: the chooser names the protocol it returns, whose
-# module names the accelerator, which asks this chooser.
+# Annotations only: asking the backend's name (the CLI does) imports
+# nothing more than this module.
 if TYPE_CHECKING:
     from colab_resume.backend.base import Backend
 

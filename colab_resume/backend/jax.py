@@ -38,7 +38,7 @@ from colab_resume.runtime.errors import AcceleratorNotFoundError, LogicalDevices
 if (
     TYPE_CHECKING
 ):  # annotations only: the accelerator asks this module for its connector
-    from colab_resume.backend.accelerator import Accelerator, Connector
+    from colab_resume.backend.connector import Connecting, Connector
     from colab_resume.data.grain import GrainPosition
     from colab_resume.runtime.connection import Connection
 
@@ -288,9 +288,10 @@ def lay_out(batch: Any, distribution: Any) -> Any:
 
 
 class JaxConnector:
-    """Connects one :class:`~colab_resume.backend.accelerator.Accelerator` with JAX."""
+    """Connects one accelerator (:class:`~colab_resume.backend.connector.Connecting`)
+    with JAX."""
 
-    def __init__(self, accelerator: Accelerator):
+    def __init__(self, accelerator: Connecting):
         self._accelerator = accelerator
 
     def connect(self, *, fresh: bool = False) -> Any:
@@ -343,7 +344,7 @@ class JaxBackend:
 
         require_keras("jax keras")
 
-    def connector(self, accelerator: Accelerator) -> Connector:
+    def connector(self, accelerator: Connecting) -> Connector:
         return JaxConnector(accelerator)
 
     def variable_types(self) -> tuple[type, ...]:

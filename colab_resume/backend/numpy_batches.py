@@ -7,7 +7,7 @@ fed as they are; on TensorFlow they become a ``tf.data.Dataset``
 (:func:`colab_resume.backend.tensorflow.epoch_dataset`). Either way the
 same rules make a resume exact: the same batches for the same epoch on
 every call, a ``skip`` that drops the batches already trained, and the
-first batch's fingerprint checked on resume (:mod:`colab_resume.data.fingerprints`).
+first batch's fingerprint checked on resume (:mod:`colab_resume.agent.fingerprints`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from colab_resume.data.contract import DatasetError, accepts_skip
 if (
     TYPE_CHECKING
 ):  # annotations only: the accelerator asks this module for its connector
-    from colab_resume.backend.accelerator import Accelerator, Connector
+    from colab_resume.backend.connector import Connecting, Connector
     from colab_resume.data.grain import GrainPosition
 
 
@@ -184,7 +184,7 @@ class TensorFlowBackend:
         import_tensorflow()
         require_keras("'keras>=3'")
 
-    def connector(self, accelerator: Accelerator) -> Connector:
+    def connector(self, accelerator: Connecting) -> Connector:
         from colab_resume.backend.tf_connect import TensorFlowConnector
 
         return TensorFlowConnector(accelerator)

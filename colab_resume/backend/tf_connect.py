@@ -29,7 +29,7 @@ from colab_resume.runtime.errors import (
 # Annotations only, never imported at run time: the accelerator makes this
 # connector and the connector calls back into it.
 if TYPE_CHECKING:
-    from colab_resume.backend.accelerator import Accelerator
+    from colab_resume.backend.connector import Connecting
     from colab_resume.runtime.connection import Connection
 
 # Where a remote TPU worker must write checkpoints: the local host (docs/DESIGN.md §2).
@@ -42,14 +42,14 @@ NO_TPU_SIGNS = (
 
 
 class TensorFlowConnector:
-    """Connects one :class:`~colab_resume.backend.accelerator.Accelerator` with
-    TensorFlow, and again after a loss.
+    """Connects one accelerator (:class:`~colab_resume.backend.connector.Connecting`)
+    with TensorFlow, and again after a loss.
 
     Holds what a reconnect needs again: what detection found, the TPU
     resolver and the TPU calls.
     """
 
-    def __init__(self, accelerator: Accelerator):
+    def __init__(self, accelerator: Connecting):
         self._accelerator = accelerator
         self._info: RuntimeInfo | None = None
         self._resolver: Any = None

@@ -8,7 +8,7 @@ while ``C`` is small beside ``M``, as a save's blocking part is here: the
 upload runs beside training).
 
 ``C`` is measured: the mean blocking time of this run's saves, earlier
-sessions' included (:mod:`colab_resume.report.timings`), less what is paid
+sessions' included (:mod:`colab_resume.timings`), less what is paid
 once whatever the interval, like a first step's compile: each build's
 first save (it sets up what the others reuse: 60 ms where the next take
 1 ms, on a small model) and each epoch's data fingerprint (its dataset
@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable
 
 from colab_resume import defaults
-from colab_resume.report.timings import Timings, duration, mean_save
+from colab_resume.timings import Timings, duration, mean_save
 
 PRIOR_BETWEEN_FAILURES = defaults.PRIOR_BETWEEN_FAILURES_SECONDS  # M₀
 PRIOR_WEIGHT = defaults.PRIOR_WEIGHT_FAILURES  # k
@@ -62,7 +62,7 @@ class Evidence:
         save_seconds, saves: their saves' blocking time, and how many.
         save_setup, first_saves: the part of those paid once whatever the
             cadence, and how many saves were a build's first (see
-            :class:`~colab_resume.report.timings.Timings`).
+            :class:`~colab_resume.timings.Timings`).
     """
 
     training: float = 0.0

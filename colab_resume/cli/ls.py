@@ -8,7 +8,7 @@ import datetime
 import json
 from typing import Any
 
-from colab_resume import cli
+from colab_resume.cli import common
 from colab_resume.errors import CorruptRecordError, UnsafePathError
 from colab_resume.heartbeat.lease import read_lease
 from colab_resume.heartbeat.liveness import read_status
@@ -19,7 +19,7 @@ from colab_resume.storage import Storage
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    ls = cli.add_run_dir_command(
+    ls = common.add_run_dir_command(
         commands, "ls", "List leases, heartbeats and checkpoints."
     )
     ls.add_argument("--json", action="store_true")
@@ -29,7 +29,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def handle(args: argparse.Namespace) -> int:
     from colab_resume.cli.watch import printable
 
-    listing = collect(cli._open(args))
+    listing = collect(common.open_run_dir(args))
     print(json.dumps(listing, indent=1) if args.json else printable(render(listing)))
     return 0
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 
-from colab_resume import cli
 from colab_resume.checkpoint import retention
+from colab_resume.cli import common
 from colab_resume.heartbeat import liveness
 from colab_resume.protocol.listing import RunListing
 from colab_resume.storage import Storage
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    prune = cli.add_run_dir_command(
+    prune = common.add_run_dir_command(
         commands, "prune", "Delete old checkpoints (never the newest)."
     )
     prune.add_argument("--keep", type=int, required=True, help="newest to keep")
@@ -31,7 +31,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.keep < 1:
         raise SystemExit("colab-resume prune: --keep must be >= 1 (the newest stays)")
     deleted = prune(
-        cli._open(args),
+        common.open_run_dir(args),
         keep=args.keep,
         keep_every_steps=args.keep_every_steps,
         dry_run=args.dry_run,

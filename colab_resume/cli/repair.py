@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from colab_resume import cli
+from colab_resume.cli import common
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    repair = cli.add_run_dir_command(
+    repair = common.add_run_dir_command(
         commands,
         "repair",
         "Rebuild a Drive run directory's index from its files' proof "
@@ -20,7 +20,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def handle(args: argparse.Namespace) -> int:
     from colab_resume.cli.watch import printable
 
-    storage = cli._open(args)
+    storage = common.open_run_dir(args)
     try:
         print(printable(storage.repair()))
     except FileNotFoundError as exc:

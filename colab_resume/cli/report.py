@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import argparse
 
-from colab_resume import cli
+from colab_resume.cli import common
 from colab_resume.report import goodput
 from colab_resume.report.sessions import read_report
 from colab_resume.storage import Storage
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    report = cli.add_run_dir_command(
+    report = common.add_run_dir_command(
         commands, "report", "Draw loss over steps, one band per session."
     )
     report.add_argument(
@@ -28,7 +28,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def handle(args: argparse.Namespace) -> int:
-    print(report(cli._open(args), args.output))
+    print(report(common.open_run_dir(args), args.output))
     return 0
 
 

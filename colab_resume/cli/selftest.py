@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from colab_resume import cli
+from colab_resume.cli import common
 from colab_resume.redact import redact
 from colab_resume.retry import RetryPolicy
 from colab_resume.storage import Storage
@@ -62,7 +62,7 @@ class Outcome:
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    selftest = cli.add_run_dir_command(
+    selftest = common.add_run_dir_command(
         commands,
         "selftest",
         "Check what a run directory relies on of this storage, in a scratch "
@@ -75,7 +75,9 @@ def handle(args: argparse.Namespace) -> int:
     from colab_resume.cli.watch import printable
 
     outcomes = selftest(
-        args.run_dir, cli.storage_options(args), say=lambda line: print(printable(line))
+        args.run_dir,
+        common.storage_options(args),
+        say=lambda line: print(printable(line)),
     )
     failed = [o for o in outcomes if not o.held]
     print(

@@ -7,7 +7,7 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-from colab_resume import cli
+from colab_resume.cli import common
 
 if TYPE_CHECKING:
     from colab_resume.heartbeat.liveness import RunStatus
@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    status = cli.add_run_dir_command(
+    status = common.add_run_dir_command(
         commands, "status", "Is the run alive, stalled, dead, stopped or finished?"
     )
     status.add_argument("--json", action="store_true", help="print RunStatus as JSON")
@@ -43,7 +43,7 @@ def handle(args: argparse.Namespace) -> int:
     from colab_resume.heartbeat.liveness import read_status
     from colab_resume.protocol.listing import RunListing
 
-    storage = cli._open(args)
+    storage = common.open_run_dir(args)
     # One listing for the verdict and the goodput both.
     listing = RunListing.read(storage)
     status = read_status(

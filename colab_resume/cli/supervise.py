@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 
-from colab_resume import cli
+from colab_resume.cli import common
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    supervise = cli.add_run_dir_command(
+    supervise = common.add_run_dir_command(
         commands,
         "supervise",
         "Relaunch the run with --relaunch each time it is DEAD, until it is "
@@ -64,7 +64,7 @@ def handle(args: argparse.Namespace) -> int:
             interval=args.interval,
         )
         supervisor = Supervisor(
-            cli._open(args),
+            common.open_run_dir(args),
             args.relaunch,
             limits=limits,
             dead_after_seconds=args.dead_after_seconds,

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import IO
 
-from colab_resume import cli
+from colab_resume.cli import common
 from colab_resume.errors import StorageError, StorageUnavailableError
 from colab_resume.heartbeat import liveness
 from colab_resume.heartbeat.liveness import RunStatus
@@ -54,7 +54,7 @@ _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    watch = cli.add_run_dir_command(
+    watch = common.add_run_dir_command(
         commands,
         "watch",
         "Follow a run; exit 0 COMPLETED, 3 DEAD, 4 FAILED, 5 STOPPED, 6 UNREADABLE.",
@@ -95,7 +95,7 @@ def handle(args: argparse.Namespace) -> int:
     if not args.interval > 0:
         raise SystemExit("colab-resume watch: --interval must be > 0 seconds")
     return watch(
-        cli._open(args),
+        common.open_run_dir(args),
         interval=args.interval,
         on_dead=args.on_dead,
         dead_after_seconds=args.dead_after_seconds,

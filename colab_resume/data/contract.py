@@ -1,9 +1,8 @@
 """What ``make_dataset`` owes the agent: its errors and its ``skip`` keyword.
 
 Below both the epochs' positions and fingerprints
-(:mod:`colab_resume.data.position`, :mod:`colab_resume.data.fingerprints`)
-and the backends (which build an epoch their own way), so that neither
-imports the other for these.
+(:mod:`colab_resume.agent.epochs`, :mod:`colab_resume.agent.fingerprints`)
+and the backends (which build an epoch their own way), which both import it.
 """
 
 from __future__ import annotations

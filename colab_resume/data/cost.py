@@ -1,7 +1,7 @@
 """What rebuilding an epoch's dataset costs, and one warning when it is too much.
 
 The agent calls ``make_dataset(epoch)`` at every epoch and every resume
-(:mod:`colab_resume.data.position`), where plain Keras ``fit`` iterates one dataset
+(:mod:`colab_resume.agent.epochs`), where plain Keras ``fit`` iterates one dataset
 again. That is cheap for an index-first pipeline, and ruinous for a common
 one: a NumPy array used inside ``Dataset.map`` (``tf.gather(x, i)`` with
 ``x`` a NumPy array) is embedded in the map function's graph as a constant

@@ -36,7 +36,7 @@ the last to the source, transforms named without their source location).
 A resume whose pipeline differs is refused with both descriptions, like a
 changed ``steps_per_epoch``: an iterator state means nothing to another
 pipeline. The epoch's first-batch fingerprint
-(:mod:`colab_resume.data.fingerprints`) still checks the order itself.
+(:mod:`colab_resume.agent.fingerprints`) still checks the order itself.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from typing import Any
 
 from colab_resume.events import EventLog
 from colab_resume.heartbeat import lease as leases
+from colab_resume.parsing import text
 from colab_resume.protocol import rundir
-from colab_resume.protocol.parsing import text
 from colab_resume.protocol.records import (
     HOLDER_STATES,
     BeatRecord,

@@ -8,9 +8,10 @@ states the primitives this protocol needs from a store).
 
 * :mod:`~colab_resume.protocol.rundir`: the names of the objects (leases,
   heartbeats, checkpoints, the run and DONE records).
-* :mod:`~colab_resume.protocol.parsing`: the one bounded parser of
-  untrusted JSON records (size, nesting, numbers), and the checks of a
-  field's range and a string's length that the schemas use.
+* :mod:`colab_resume.parsing` (below both this package and storage, which
+  decodes every record with it): the one bounded parser of untrusted JSON
+  records (size, nesting, numbers), and the checks of a field's range and
+  a string's length that the schemas use.
 * :mod:`~colab_resume.protocol.records`: the schemas of the ownership
   records (run, lease, heartbeat, DONE), checked field by field on read.
 * :mod:`~colab_resume.protocol.manifest`: the commit marker and what it

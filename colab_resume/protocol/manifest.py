@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from colab_resume.errors import CorruptRecordError
-from colab_resume.protocol.parsing import short
+from colab_resume.parsing import short
 from colab_resume.storage.checksum import StreamingCrc32c
 
 FORMAT = "colab_resume.checkpoint/1"

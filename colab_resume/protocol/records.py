@@ -8,7 +8,7 @@ raises :class:`~colab_resume.errors.CorruptRecordError` naming the object
 and the field, instead of letting a ``KeyError`` escape
 from deep inside — or a lease that promises to beat once a century keep
 its run ALIVE forever. String fields are cut to
-:data:`~colab_resume.protocol.parsing.MAX_TEXT_CHARS` characters.
+:data:`~colab_resume.parsing.MAX_TEXT_CHARS` characters.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import typing
 from typing import Any, TypeVar
 
 from colab_resume.errors import CorruptRecordError
-from colab_resume.protocol import rundir
-from colab_resume.protocol.parsing import (
+from colab_resume.parsing import (
     DAY,
     MAX_INT,
     MAX_TIMESTAMP,
@@ -30,6 +29,7 @@ from colab_resume.protocol.parsing import (
     short,
     text,
 )
+from colab_resume.protocol import rundir
 
 R = TypeVar("R")
 
@@ -153,7 +153,7 @@ def parse(cls: type[R], data: dict[str, Any], where: str) -> R:
     """Build record ``cls`` from untrusted JSON ``data`` read from ``where``.
 
     Unknown keys are ignored (newer writers may add fields). Strings longer
-    than :data:`~colab_resume.protocol.parsing.MAX_TEXT_CHARS` are cut, with
+    than :data:`~colab_resume.parsing.MAX_TEXT_CHARS` are cut, with
     a marker saying how much.
 
     Raises:

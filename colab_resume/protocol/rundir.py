@@ -11,6 +11,7 @@ checkpoints/step-000001200.e00000001/MANIFEST.json   written last, create-only
 DONE.json                                  training finished
 supervisor/00000001.json                   create-only, one per supervisor
 supervisor/00000001.relaunches.json        overwritten by supervisor 1
+history/00000001-000000.json               create-only chunks of lease 1's metrics
 ```
 
 Pure functions only; the I/O lives in :mod:`colab_resume.storage`.
@@ -27,6 +28,7 @@ LEASE_DIR = "lease"
 HEARTBEAT_DIR = "heartbeat"
 CHECKPOINT_DIR = "checkpoints"
 SUPERVISOR_DIR = "supervisor"
+HISTORY_DIR = "history"
 MANIFEST = "MANIFEST.json"
 
 # A lease object is named with exactly 8 ASCII digits, from 00000001. Any
@@ -38,6 +40,7 @@ MANIFEST = "MANIFEST.json"
 MAX_LEASE = 99_999_999
 _LEASE_RE = re.compile(r"([0-9]{8})\.json")  # fullmatch: no trailing newline
 _CHECKPOINT_RE = re.compile(r"^step-(\d{9})\.e(\d{8})$")
+_CHUNK_RE = re.compile(r"^(\d{8})-(\d{6})\.json$")
 
 
 def process_heartbeat_path(lease: int, process: int) -> str:
@@ -66,6 +69,17 @@ def supervisor_path(number: int) -> str:
 def relaunches_path(number: int) -> str:
     """What supervisor ``number`` relaunched (overwritten as it goes)."""
     return f"{SUPERVISOR_DIR}/{number:08d}.relaunches.json"
+
+
+def chunk_path(lease: int, seq: int) -> str:
+    """Chunk ``seq`` of lease ``lease``'s history (metrics and events)."""
+    return f"{HISTORY_DIR}/{lease:08d}-{seq:06d}.json"
+
+
+def parse_chunk_name(name: str) -> tuple[int, int] | None:
+    """``(lease, seq)`` of ``00000003-000017.json`` (a bare name), else None."""
+    match = _CHUNK_RE.match(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def parse_lease_name(name: str) -> int | None:

@@ -5,7 +5,7 @@ badput buckets named as Google's ``ml-goodput-measurement`` names them, so
 the figures compare. Everything comes from the run directory: sessions and
 their ends from leases and beats (the storage server's clock), steps from
 beats, commits and the history, and what only a session can measure from
-its own tally (:mod:`colab_resume.report.timings`). No cloud logging, no
+its own tally (:mod:`colab_resume.timings`). No cloud logging, no
 billing account; a local disk, GCS or Drive alike.
 
 The wall time is every session's, from its start (a script's process
@@ -73,8 +73,8 @@ from colab_resume.report.sessions import (
     Session,
     read_report,
 )
-from colab_resume.report.timings import Timings, duration, mean_save
 from colab_resume.storage import Storage
+from colab_resume.timings import Timings, duration, mean_save
 
 TPU_INITIALIZATION = "TPU_INITIALIZATION"
 TRAINING_PREP = "TRAINING_PREP"
@@ -466,7 +466,7 @@ def best_cadence(
     does not hinge on where this run's deaths happened to fall. Needs a
     failure, a save and a step time: without a failure any interval loses
     only its saves, and the best is "never". ``save_seconds`` is what one
-    more save costs (:func:`~colab_resume.report.timings.mean_save`): a
+    more save costs (:func:`~colab_resume.timings.mean_save`): a
     build's first save is paid whatever the cadence.
     """
     failures = result.deaths + result.recoveries

@@ -25,7 +25,7 @@ heartbeat, from the records every session commits
 (:mod:`colab_resume.report.sessions`).
 
 Chunks read back are untrusted: size, depth and numbers bounded by
-:meth:`Storage.read_json` (:mod:`colab_resume.protocol.parsing`), every
+:meth:`Storage.read_json` (:mod:`colab_resume.parsing`), every
 field type-checked, damaged chunks reported and skipped.
 """
 
@@ -35,7 +35,6 @@ import collections
 import dataclasses
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -44,13 +43,13 @@ from typing import Any
 
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import Event, EventLog
-from colab_resume.protocol.parsing import MAX_RECORD_BYTES, decode, is_number
-from colab_resume.report.timings import Timings
+from colab_resume.parsing import MAX_RECORD_BYTES, decode, is_number
+from colab_resume.protocol.rundir import HISTORY_DIR, chunk_path, parse_chunk_name
 from colab_resume.storage import Storage
+from colab_resume.timings import Timings
 
 log = logging.getLogger(__name__)
 
-HISTORY_DIR = "history"
 FORMAT = 1
 # A checkpoint commit asks for a chunk, but not more often than this.
 COMMIT_FLUSH_MIN_SECONDS = 10.0
@@ -82,18 +81,6 @@ LANDMARK_KINDS = (
 COMMITTED_KIND = "checkpoint.committed"  # a tick each: kept next
 # Too chatty to keep: progress of one upload, the countdown's repeats.
 QUIET_KINDS = ("checkpoint.upload.progress",)
-
-_CHUNK_RE = re.compile(r"^(\d{8})-(\d{6})\.json$")
-
-
-def chunk_path(lease: int, seq: int) -> str:
-    return f"{HISTORY_DIR}/{lease:08d}-{seq:06d}.json"
-
-
-def parse_chunk_name(name: str) -> tuple[int, int] | None:
-    """``(lease, seq)`` of ``00000003-000017.json`` (a bare name), else None."""
-    match = _CHUNK_RE.match(name)
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 @dataclasses.dataclass(frozen=True)

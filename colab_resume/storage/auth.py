@@ -21,7 +21,7 @@ from colab_resume.runtime.detect import in_colab
 
 log = logging.getLogger(__name__)
 
-_authenticated: Any = None  # credentials from authenticate(), used by default
+_authenticated: Any = None  # credentials from sign_in(), used by default
 
 HOW_TO_AUTHENTICATE = (
     "In Colab run `import colab_resume as cr; cr.authenticate()` (it calls "
@@ -33,34 +33,17 @@ HOW_TO_AUTHENTICATE = (
 )
 
 
-def authenticate(project: str | None = None, *, run_dir: str | None = None) -> Any:
+def sign_in(project: str | None = None) -> Any:
     """Obtain Google credentials for GCS and Drive and make them the default.
 
-    In Colab this shows Colab's sign-in prompt
-    (``google.colab.auth.authenticate_user``, which grants Drive access
-    too); elsewhere it loads application-default credentials. Either way
-    they are asked for with the Cloud Storage and the Drive scope, so
-    ``gs://`` and ``gdrive://`` run directories both work with them.
-
-    Args:
-        project: the GCP project to bill; defaults to the credentials' own.
-        run_dir: sign in only if this run directory needs Google's
-            credentials (``gs://``, ``gdrive://``, a path on the Drive
-            mount); for any other (a local path) do nothing and return
-            None. One cell then serves every run directory.
-
-    Returns:
-        The ``google.auth`` credentials now used for ``gs://`` run
-        directories (None: ``run_dir`` needs none).
+    What :func:`colab_resume.storage.sign_in.authenticate` does once it has
+    decided the run directory needs them.
 
     Raises:
         NoCredentialsError: none could be found; the message says how to
             get some.
     """
     global _authenticated
-    if run_dir is not None and not needs_google_sign_in(run_dir):
-        log.info("run_dir %s needs no Google sign-in", run_dir)
-        return None
     if in_colab():
         from google.colab import auth as colab_auth
 
@@ -76,15 +59,6 @@ def authenticate(project: str | None = None, *, run_dir: str | None = None) -> A
 
 
 GCS_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write"]
-
-
-def needs_google_sign_in(run_dir: str) -> bool:
-    """Whether ``run_dir`` is on Cloud Storage or Google Drive (the mount too)."""
-    from colab_resume.storage.store import split_url
-    from colab_resume.storage.store_contract import DRIVE_PROTOCOLS, GCS_PROTOCOLS
-
-    protocol, _ = split_url(run_dir)
-    return protocol in GCS_PROTOCOLS + DRIVE_PROTOCOLS
 
 
 def _default_credentials(scopes: list[str] | None = None) -> tuple[Any, str | None]:

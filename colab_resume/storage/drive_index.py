@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from colab_resume.errors import CorruptRecordError
-from colab_resume.protocol.parsing import MAX_RECORD_BYTES
+from colab_resume.parsing import MAX_RECORD_BYTES
 from colab_resume.storage import drive_proof as proof
 from colab_resume.storage.drive_api import DriveApi
 

@@ -32,7 +32,7 @@ from colab_resume.errors import (
     TooManyObjectsError,
     UnsupportedURLError,
 )
-from colab_resume.protocol.parsing import MAX_RECORD_BYTES, decode
+from colab_resume.parsing import MAX_RECORD_BYTES, decode
 from colab_resume.storage import drivefs
 from colab_resume.storage.faults import is_forbidden
 from colab_resume.storage.retry import RetryHook, RetryPolicy, call_with_retry

@@ -1,4 +1,4 @@
-"""The Keras callback that logs to a tracker at the run's step, once per step.
+"""Logging to a tracker at the run's step, once per step: the logic, free of Keras.
 
 A tracker that keeps a run's history (MLflow, W&B) receives from this
 callback the Keras logs at the run's global step: the step counter travels
@@ -10,11 +10,15 @@ callback asks the tracker how far each metric was logged and leaves out
 the steps already there (the agent resumes exactly: the values a second
 time would be the same numbers), and has the tracker mark the step the
 session resumed at.
+
+The Keras callback around it is
+:class:`~colab_resume.trackers.keras_logger.TrackerLogger`, in a module
+that imports Keras at the top and is imported only when a callback is
+made.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -102,38 +106,6 @@ class StepLog:
 
     def epoch_end(self, epoch: int, logs: Mapping[str, Any] | None) -> None:
         self._log({**_numbers(logs, EPOCH), "epoch": float(epoch)})
-
-
-@functools.cache
-def step_logger_class() -> type:
-    """The Keras callback around :class:`StepLog`, built on first use (no
-    Keras import when colab_resume is imported)."""
-    import keras
-
-    class TrackerLogger(keras.callbacks.Callback):  # type: ignore[misc]  # keras
-        """Logs the Keras logs to a tracker at the run's step; see
-        :mod:`colab_resume.trackers.logger`."""
-
-        def __init__(self, sink: Sink, update_freq: str | int = "epoch") -> None:
-            super().__init__()
-            self.log = StepLog(sink, update_freq)
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            self.log.start(0)
-
-        def get_resume_state(self) -> dict[str, Any]:
-            return {"step": self.log.step}
-
-        def set_resume_state(self, state: dict[str, Any]) -> None:
-            self.log.start(int(state["step"]))
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self.log.batch_end(logs)
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self.log.epoch_end(epoch, logs)
-
-    return TrackerLogger
 
 
 def require(module: str, pip: str) -> Any:

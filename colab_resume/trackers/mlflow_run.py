@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from colab_resume.trackers.identity import claim_identity, storage_of
-from colab_resume.trackers.logger import failed, require, step_logger_class
+from colab_resume.trackers.logger import failed, require
 
 PIP = "mlflow"
 TAG = "colab_resume"
@@ -163,7 +163,9 @@ class MlflowRun:
             update_freq: ``"epoch"`` (``epoch/loss``... at the step each
                 epoch ends) or N (also ``batch/loss``... every N steps).
         """
-        return step_logger_class()(MlflowSink(self.client, self.run_id), update_freq)
+        from colab_resume.trackers.keras_logger import TrackerLogger
+
+        return TrackerLogger(MlflowSink(self.client, self.run_id), update_freq)
 
 
 def mlflow_run(agent: Any, **options: Any) -> MlflowRun:

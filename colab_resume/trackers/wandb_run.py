@@ -27,7 +27,6 @@ from colab_resume.trackers.logger import (
     EVERY_METRIC,
     failed,
     require,
-    step_logger_class,
 )
 from colab_resume.trackers.wandb_files import last_logged_step
 
@@ -143,7 +142,9 @@ class WandbRun:
             update_freq: ``"epoch"`` (``epoch/loss``... at the step each
                 epoch ends) or N (also ``batch/loss``... every N steps).
         """
-        return step_logger_class()(WandbSink(self.run), update_freq)
+        from colab_resume.trackers.keras_logger import TrackerLogger
+
+        return TrackerLogger(WandbSink(self.run), update_freq)
 
 
 def wandb_run(agent: Any, **options: Any) -> WandbRun:

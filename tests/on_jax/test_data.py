@@ -8,8 +8,10 @@ import keras
 import numpy as np
 import pytest
 
+from colab_resume.agent.epochs import epoch_dataset
+from colab_resume.agent.fingerprints import fingerprint
 from colab_resume.backend.jax import check_numpy_batch
-from colab_resume.data import DatasetError, epoch_dataset, fingerprint
+from colab_resume.data import DatasetError
 
 
 def batches(epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:

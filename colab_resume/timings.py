@@ -13,6 +13,10 @@ tally so far (:mod:`colab_resume.report.history`): the newest chunk of a
 lease is what the session had measured when it was last heard from. So a
 session killed outright loses the seconds since its last chunk, and goodput
 says which of its figures are lower bounds.
+
+It sits low (docs/DESIGN.md §3): the agent keeps the tally, the checkpoint
+cadence (:mod:`colab_resume.checkpoint.cadence`) prices a save with it, and
+the report reads it back; it imports none of them.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 from colab_resume import procfs
 from colab_resume.errors import CorruptRecordError
 from colab_resume.exit_status import in_kernel
-from colab_resume.protocol.parsing import is_number
+from colab_resume.parsing import is_number
 
 # A session measures at most this many seconds of anything (ten years):
 # a larger figure in a chunk is damage.

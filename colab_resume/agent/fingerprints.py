@@ -7,7 +7,7 @@ fingerprints still describe the old one: ``reset_data_fingerprints=True``
 (an Agent option) discards them once, through :func:`restored_fingerprints`.
 
 The epochs fingerprinted are built and positioned by
-:mod:`colab_resume.data.position`.
+:mod:`colab_resume.agent.epochs`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from colab_resume import backend
+from colab_resume.agent.epochs import epoch_dataset
 from colab_resume.data.contract import DatasetError, NonDeterministicDatasetError
-from colab_resume.data.position import epoch_dataset
 from colab_resume.events import EventLog
 
 

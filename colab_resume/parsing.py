@@ -1,9 +1,10 @@
 """The one parser for untrusted JSON records read from a run directory.
 
-It sits below the protocol's schemas (:mod:`colab_resume.protocol.records`
-checks each field with :func:`number` and :func:`text`) and below the
-storage layer (:meth:`~colab_resume.storage.Storage.read_json` decodes
-every record with :func:`decode`), and imports nothing of either.
+It sits on the lowest floor (docs/DESIGN.md §3), below the protocol's
+schemas (:mod:`colab_resume.protocol.records` checks each field with
+:func:`number` and :func:`text`) and below the storage layer
+(:meth:`~colab_resume.storage.Storage.read_json` decodes every record with
+:func:`decode`), and imports nothing of either.
 
 Anything in a run directory may have been written by a collaborator, a
 compromised notebook or plain corruption. Python's ``json`` module alone

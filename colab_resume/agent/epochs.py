@@ -21,7 +21,7 @@ A plain ``make_dataset(epoch)`` works too; the agent then skips at the end
 of the pipeline. ``bench/bench_data_skip.py`` measures the difference.
 
 The fingerprints that catch a ``make_dataset`` that is not deterministic
-live in :mod:`colab_resume.data.fingerprints`.
+live in :mod:`colab_resume.agent.fingerprints`.
 """
 
 from __future__ import annotations
