@@ -27,7 +27,8 @@ _NAMES = (
     "heartbeat_seconds, dead_after_seconds, stall_after_seconds, takeover, "
     "storage_options, prefer, cpu_replicas, precision, max_recoveries, "
     "recovery_backoff_seconds, lifetime_seconds, storage_retry_seconds, run_id, "
-    "reset_data_fingerprints, exit_on_preemption, preemption_notices, on_done, "
+    "reset_data_fingerprints, on_runtime_change, exit_on_preemption, "
+    "preemption_notices, on_done, "
     "distributed, coordinator_address, num_processes, "
     "process_id, peer_dead_after_seconds, data_sharding, start_timeout_seconds"
 )
@@ -280,6 +281,7 @@ def test_the_defaults_are_the_parts_defaults():
         "storage_retry_seconds": defaults.STORAGE_RETRY_SECONDS,
         "run_id": None,
         "reset_data_fingerprints": False,
+        "on_runtime_change": "continue",
         "exit_on_preemption": None,
         "preemption_notices": None,
         "on_done": None,

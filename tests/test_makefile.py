@@ -38,6 +38,7 @@ STAMPS = (
     "build/venv-jax",
     "build/venv-browser",
     "build/venv-colab",
+    "build/venv-torch",
     "build/drive-mock",
 )
 SOURCES = (

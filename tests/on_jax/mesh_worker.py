@@ -12,14 +12,15 @@ biases over ``"model"``. ``--data-parallel`` sets a ``DataParallel`` instead
 
 OUT_DIR receives ``weights.npz`` (every model and optimizer variable) and
 ``result.json``: the steps restored from, the ``run.runtime_changed``
-events, each Dense kernel's partition spec as trained, and the error, if
-the resume was refused.
+events, what the agent logged of the distribution, each Dense kernel's
+partition spec as trained, and the error, if the resume was refused.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 
@@ -94,6 +95,15 @@ def main() -> int:
     from colab_resume.agent import Agent
     from colab_resume.agent.runtime_facts import RuntimeChangedError
 
+    said: list[str] = []
+
+    class Said(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    logger = logging.getLogger("colab_resume.backend.jax")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(Said())
     os.makedirs(args.out_dir, exist_ok=True)
     keras.utils.set_random_seed(4)
     set_distribution(None if args.data_parallel else args.mesh)
@@ -117,7 +127,11 @@ def main() -> int:
             changed.append({"message": event.message, **event.data})
 
     agent.events.subscribe(keep)
-    result: dict[str, object] = {"restored": restored, "runtime_changed": changed}
+    result: dict[str, object] = {
+        "restored": restored,
+        "runtime_changed": changed,
+        "said": said,
+    }
     try:
         agent.fit(
             build_model,

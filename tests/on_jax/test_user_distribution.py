@@ -12,8 +12,13 @@ name before training.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
+from typing import Any
 
+import pytest
 from support.on_jax import jax_worker
 from support.processes import read_out as read
 
@@ -24,23 +29,43 @@ def worker(run_dir: str, out: str, *args: str) -> subprocess.CompletedProcess[st
     return jax_worker("mesh_worker", run_dir, out, *args)
 
 
-def killed(tmp_path) -> str:  # type: ignore[no-untyped-def]
-    run = str(tmp_path / "run")
-    died = worker(run, str(tmp_path / "first"), "--kill-at-step", str(KILL_AT))
+@pytest.fixture(scope="module")
+def killed_once(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
+    """One run on the (2, 4) mesh, SIGKILLed mid-run; each test resumes a copy."""
+    where = tmp_path_factory.mktemp("killed")
+    run = str(where / "run")
+    died = worker(run, str(where / "first"), "--kill-at-step", str(KILL_AT))
     assert died.returncode == -9, died.stderr[-4000:]
     assert f"KILLING at step {KILL_AT}" in died.stdout  # it died training
     return run
 
 
-def test_a_users_model_parallel_is_kept_and_resumes_bitwise(tmp_path) -> None:
+@pytest.fixture
+def killed(killed_once, tmp_path):  # type: ignore[no-untyped-def]
+    def copy(_: Any) -> str:
+        run = str(tmp_path / "run")
+        shutil.copytree(killed_once, run, symlinks=True)
+        return run
+
+    return copy
+
+
+def result_of(out: str) -> dict[str, Any]:
+    with open(os.path.join(out, "result.json")) as handle:
+        found: dict[str, Any] = json.load(handle)
+    return found
+
+
+def test_a_users_model_parallel_is_kept_and_resumes_bitwise(tmp_path, killed) -> None:
     straight = worker(str(tmp_path / "a"), str(tmp_path / "a-out"))
     assert straight.returncode == 0, straight.stderr[-4000:]
     run = killed(tmp_path)
     rerun = worker(run, str(tmp_path / "b-out"))
     assert rerun.returncode == 0, rerun.stderr[-4000:]
-    assert "training under the ModelParallel the user set" in rerun.stderr
     want, _ = read(str(tmp_path / "a-out"))
     got, result = read(str(tmp_path / "b-out"))
+    [line] = result["said"]
+    assert line.startswith("training under the ModelParallel the user set"), line
     assert result["restored"] and result["restored"][0] < KILL_AT
     assert result["runtime_changed"] == []  # the same mesh: nothing to say
     # Sharded as the user's LayoutMap says, not replicated by the agent.
@@ -51,7 +76,7 @@ def test_a_users_model_parallel_is_kept_and_resumes_bitwise(tmp_path) -> None:
         assert got[name].tobytes() == want[name].tobytes(), name
 
 
-def test_another_mesh_is_named(tmp_path) -> None:
+def test_another_mesh_is_named(tmp_path, killed) -> None:
     run = killed(tmp_path)
     rerun = worker(run, str(tmp_path / "out"), "--mesh", "4,2")
     assert rerun.returncode == 0, rerun.stderr[-4000:]
@@ -62,7 +87,7 @@ def test_another_mesh_is_named(tmp_path) -> None:
     assert "the runtime changed: " in rerun.stderr  # and in the log
 
 
-def test_data_parallel_after_model_parallel_is_named(tmp_path) -> None:
+def test_data_parallel_after_model_parallel_is_named(tmp_path, killed) -> None:
     run = killed(tmp_path)
     rerun = worker(run, str(tmp_path / "out"), "--data-parallel")
     assert rerun.returncode == 0, rerun.stderr[-4000:]
@@ -72,11 +97,13 @@ def test_data_parallel_after_model_parallel_is_named(tmp_path) -> None:
     assert any(c.startswith("distribution.layouts ") for c in event["changes"])
 
 
-def test_refuse_stops_a_resume_on_another_mesh_before_training(tmp_path) -> None:
+def test_refuse_stops_a_resume_on_another_mesh_before_training(
+    tmp_path, killed
+) -> None:
     run = killed(tmp_path)
     rerun = worker(run, str(tmp_path / "out"), "--mesh", "4,2", "--refuse")
     assert rerun.returncode == 0, rerun.stderr[-4000:]
-    _, result = read(str(tmp_path / "out"))
+    result = result_of(str(tmp_path / "out"))
     refused = result["refused"]
     assert "distribution.mesh [2, 4] -> [4, 2]" in refused
     assert "on_runtime_change='continue'" in refused
