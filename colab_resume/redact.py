@@ -18,7 +18,10 @@ them is a leak into shared storage. So every such text passes through
   they are quoted and spaced; PEM private-key blocks in either case;
   OAuth client secrets (``GOCSPX-``) and AWS access key ids (an fsspec
   options repr holds both key and ``secret``); a resumable upload's
-  ``upload_id`` (a bearer capability).
+  ``upload_id`` (a bearer capability); GCS HMAC keys: the ``GOOG1...``
+  access id (61 characters and more) and the 40-character base64 secret
+  beside it (a word of exactly 40 base64 characters with upper and lower
+  case and a digit: a hex digest has no upper case, so never matches).
 
 A registered secret is also removed where only its start survives (error
 text cut to a length), from its first :data:`_MIN_SECRET_PREFIX`
@@ -45,6 +48,9 @@ _SHAPES = re.compile(
             r"(?i:ya29)\.[0-9A-Za-z_\-.]{8,}",
             r"GOCSPX-[0-9A-Za-z_\-]{8,}",
             r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+            r"\bGOOG1[0-9A-Z]{56,}\b",
+            r"(?<![0-9A-Za-z+/])(?=[0-9A-Za-z+/]{0,39}[A-Z])(?=[0-9A-Za-z+/]{0,39}[a-z])"
+            r"(?=[0-9A-Za-z+/]{0,39}[0-9])[0-9A-Za-z+/]{40}(?![0-9A-Za-z+/=])",
             r"1//[0-9A-Za-z_\-]{16,}",
             r"eyJ[0-9A-Za-z_\-]{8,}\.[0-9A-Za-z_\-]{8,}\.[0-9A-Za-z_\-]*",
             r"\b(?i:bearer)\s+[0-9A-Za-z_\-.~+/=]+",

@@ -201,6 +201,31 @@ def test_ordinary_text_is_left_alone():
     assert redact(text) == text
 
 
+# A GCS HMAC key's two parts, shaped as Cloud Storage issues them.
+HMAC_ID = "GOOG1E" + "J7QX2MZP4KLT9WRB" * 3 + "A3VHN7QX2MZ"
+HMAC_SECRET = "bGx9Q2x+Zk4wR1dzYTdmUk8vcHE3Tm1LdjJhQ2sz"  # 30 bytes, base64
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"gsutil config: access id {HMAC_ID} secret {HMAC_SECRET}",
+        f"{{'key': '{HMAC_ID}', 'password': '{HMAC_SECRET}'}}",
+        f"s3fs.S3FileSystem(key={HMAC_ID}, secret={HMAC_SECRET})",
+        f"AWS_ACCESS_KEY_ID={HMAC_ID} AWS_SECRET_ACCESS_KEY={HMAC_SECRET} python x",
+        f"{HMAC_SECRET}",
+    ],
+)
+def test_gcs_hmac_keys_are_redacted(text):
+    """Both parts go, however they are passed; a hex digest of the same
+    length (a commit, a SHA-1) is no secret and stays."""
+    assert len(HMAC_ID) >= 61 and len(HMAC_SECRET) == 40
+    cleaned = redact(text)
+    assert HMAC_ID[:20] not in cleaned and HMAC_SECRET[:20] not in cleaned, cleaned
+    digest = "11f6ad8ec52a2984abaafd7c3b516503785c2072"
+    assert redact(f"commit {digest}") == f"commit {digest}"
+
+
 # --- a raw token gcsfs cannot validate ----------------------------------------
 #
 # gcsfs asks Google's tokeninfo endpoint for a raw token's expiry, with the
