@@ -398,3 +398,86 @@ def test_importing_the_trackers_imports_no_tracker_and_no_keras():
         env={**os.environ, "PYTHONPATH": ROOT},
     ).stdout
     assert json.loads(out.strip().replace("'", '"')) == []
+
+
+# --- a recorded identity is data, not proof ------------------------------------------
+
+
+def open_run_dir(path) -> Storage:
+    """A run directory whose first session opened (run.json) and closed."""
+    from colab_resume.heartbeat import RunSession, SessionOptions
+
+    storage = Storage(str(path))
+    RunSession.open(storage, SessionOptions(heartbeat_seconds=5)).close()
+    return storage
+
+
+@pytest.mark.parametrize("planted", ["untagged", "another_run_dir", "other_experiment"])
+def test_a_planted_mlflow_record_is_not_reused(tmp_path, mlflow_server, planted):
+    """trackers/mlflow.json names an MLflow run that is not this training
+    run's: someone else's (no tag), another run directory's (its tag names
+    another run_id), or this run's own but in another experiment than the
+    one asked for. The session refuses it by name, makes a new MLflow run,
+    records it, and leaves the planted one as it was; the next session
+    reuses the new one."""
+    import mlflow
+
+    client = mlflow.MlflowClient(mlflow_server)
+    storage = open_run_dir(tmp_path / "run")
+    own_id = identity.run_id_of(storage)
+    name = f"planted-{planted}"
+    asked = client.get_experiment_by_name(name)
+    asked_id = asked.experiment_id if asked else client.create_experiment(name)
+    elsewhere = client.get_experiment_by_name("elsewhere")
+    elsewhere_id = (
+        elsewhere.experiment_id if elsewhere else client.create_experiment("elsewhere")
+    )
+    tags, where = {
+        "untagged": ({"owner": "someone else"}, asked_id),
+        "another_run_dir": ({"colab_resume.run_id": "0" * 32}, asked_id),
+        "other_experiment": ({"colab_resume.run_id": own_id}, elsewhere_id),
+    }[planted]
+    theirs = client.create_run(where, tags=tags).info.run_id
+    storage.write_json(
+        identity.record_path("mlflow"),
+        {"run_id": theirs, "experiment_id": where, "tracking_uri": mlflow_server},
+    )
+    agent = colab_resume.Agent(str(tmp_path / "run"))
+    with colab_resume.trackers.mlflow_run(
+        agent, experiment=name, tracking_uri=mlflow_server
+    ) as run:
+        assert run.created and run.run_id != theirs
+    refused = agent.events.recent(kind="tracker.refused")
+    assert len(refused) == 1 and theirs in refused[0].message, refused
+    left = client.get_run(theirs)
+    assert left.info.status == "RUNNING"  # never ended FINISHED by this session
+    untouched = {k: v for k, v in left.data.tags.items() if k != "mlflow.runName"}
+    assert untouched == tags
+    ours = client.get_run(run.run_id)
+    assert ours.info.experiment_id == asked_id
+    assert ours.data.tags["colab_resume.run_id"] == own_id
+    assert identity.read_identity(storage, "mlflow")["run_id"] == run.run_id
+    again_agent = colab_resume.Agent(str(tmp_path / "run"))
+    with colab_resume.trackers.mlflow_run(
+        again_agent, experiment=name, tracking_uri=mlflow_server
+    ) as again:
+        assert again.run_id == run.run_id and not again.created
+    assert not again_agent.events.recent(kind="tracker.refused")
+
+
+def test_the_mlflow_record_keeps_no_password_of_the_tracking_uri(
+    tmp_path, mlflow_server
+):
+    """A tracking URI with userinfo and a query: the record keeps its host,
+    port and path only."""
+    storage = open_run_dir(tmp_path / "run")
+    host = mlflow_server.split("://", 1)[1]
+    uri = f"http://alice:pw-S3cret-value@{host}"
+    agent = colab_resume.Agent(str(tmp_path / "run"))
+    with colab_resume.trackers.mlflow_run(agent, experiment="uri", tracking_uri=uri):
+        pass
+    record = identity.read_identity(storage, "mlflow")
+    assert record["tracking_uri"] == mlflow_server, record
+    assert identity.safe_uri(f"{mlflow_server}/x?token=T0ken#frag") == (
+        f"{mlflow_server}/x"
+    )
