@@ -481,3 +481,53 @@ def test_the_mlflow_record_keeps_no_password_of_the_tracking_uri(
     assert identity.safe_uri(f"{mlflow_server}/x?token=T0ken#frag") == (
         f"{mlflow_server}/x"
     )
+
+
+def test_a_damaged_wandb_record_is_reported_not_trusted(tmp_path):
+    """A real offline W&B file (written by wandb itself) with one byte
+    flipped inside the history record of step 20: that record fails its
+    checksum, is left out and said; every other row reads as written."""
+    pytest.importorskip("wandb")
+    script = (
+        "import wandb\n"
+        f"run = wandb.init(project='crc', dir={str(tmp_path)!r})\n"
+        "for step in range(1, 31):\n"
+        "    run.log({'loss': step / 10}, step=step)\n"
+        "run.finish()\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, **ENV}, check=True
+    )
+    [path] = [
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(tmp_path)
+        for name in names
+        if name.endswith(".wandb") and "latest-run" not in folder
+    ]
+    assert [row["_step"] for row in wandb_files.history(path)] == list(range(1, 31))
+    from wandb.proto import wandb_internal_pb2
+
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    for offset, kind, chunk, intact in wandb_files.frames(bytes(data)):
+        record = wandb_internal_pb2.Record()
+        assert intact
+        if kind != 1:
+            continue
+        record.ParseFromString(chunk)
+        steps = [
+            wandb_files._value(item)
+            for item in record.history.item
+            if "/".join(p for p in (item.key, *item.nested_key) if p) == "_step"
+        ]
+        if record.WhichOneof("record_type") == "history" and steps == [20]:
+            data[offset + 7 + len(chunk) // 2] ^= 0x40
+            break
+    else:
+        raise AssertionError("no history record of step 20 in the file")
+    with open(path, "wb") as f:
+        f.write(data)
+    damage: list[str] = []
+    rows = wandb_files.history(path, damage)
+    assert [row["_step"] for row in rows] == [s for s in range(1, 31) if s != 20]
+    assert len(damage) == 1 and "fails its checksum" in damage[0], damage
