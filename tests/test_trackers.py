@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import types
-import urllib.request
 
 import pytest
-from support import run_worker, wait_for, worker
+from support import run_worker, worker
 from support.compare import assert_same_reported
+from support.mlflow_server import QUIET_ENV
 
 import colab_resume
 from colab_resume.storage import Storage
@@ -36,68 +34,7 @@ TOTAL = 180  # 3 epochs x 60 steps, a checkpoint every 70
 EPOCH_ENDS = [60, 120, 180]
 # The worker imports the package this test imports, wherever it lives.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(colab_resume.__file__)))
-ENV = {
-    "PYTHONPATH": ROOT,
-    "WANDB_MODE": "offline",
-    "WANDB_SILENT": "true",
-    "WANDB_DISABLE_GIT": "true",
-    "WANDB_DISABLE_CODE": "true",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-    "DO_NOT_TRACK": "true",
-}
-
-
-# --- a real MLflow tracking server ---------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    pytest.importorskip("mlflow")
-    base = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "mlflow", "server"),
-            *("--backend-store-uri", f"sqlite:///{base / 'mlflow.db'}"),
-            *("--default-artifact-root", str(base / "artifacts")),
-            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(base / "server.log", "wb"),  # noqa: SIM115 (closed with it)
-        env={**os.environ, **ENV},
-        start_new_session=True,  # its workers in one group, ended together
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(
-            lambda: answers(f"{url}/health"),
-            120,
-            "the MLflow server to answer /health",
-            interval=0.2,
-            unless=lambda: (
-                None
-                if server.poll() is None
-                else f"it exited: {(base / 'server.log').read_text()[-2000:]}"
-            ),
-        )
-        yield url
-    finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+ENV = {"PYTHONPATH": ROOT, **QUIET_ENV}
 
 
 # --- the killed and resumed run ------------------------------------------------------
