@@ -468,3 +468,35 @@ def test_a_damaged_wandb_record_is_reported_not_trusted(tmp_path):
     rows = wandb_files.history(path, damage)
     assert [row["_step"] for row in rows] == [s for s in range(1, 31) if s != 20]
     assert len(damage) == 1 and "fails its checksum" in damage[0], damage
+
+
+@pytest.mark.parametrize("planted", ["someone_elses", "other_project"])
+def test_a_planted_wandb_record_is_not_reused(tmp_path, monkeypatch, planted):
+    """trackers/wandb.json names a W&B run that is not this training run's:
+    an offline run someone else wrote (its files carry no colab_resume/run_id
+    of this run directory), or a run in another project than the one
+    asked for. The session draws a new id and says which it refused."""
+    pytest.importorskip("wandb")
+    for name, value in QUIET_ENV.items():
+        monkeypatch.setenv(name, value)
+    theirs = "someoneelse0000a"
+    script = (
+        "import wandb\n"
+        f"run = wandb.init(id={theirs!r}, project='p', dir={str(tmp_path)!r})\n"
+        "run.log({'loss': 1.0}, step=1)\n"
+        "run.finish()\n"
+    )
+    subprocess.run([sys.executable, "-c", script], env={**os.environ}, check=True)
+    assert wandb_files.offline_files(str(tmp_path / "wandb"), theirs)
+    storage = open_run_dir(tmp_path / "run")
+    project = "p" if planted == "someone_elses" else "elsewhere"
+    storage.write_json(
+        identity.record_path("wandb"),
+        {"run_id": theirs, "project": project, "entity": None},
+    )
+    agent = colab_resume.Agent(str(tmp_path / "run"))
+    run = colab_resume.trackers.wandb_run(agent, project="p", dir=str(tmp_path))
+    assert run.created and run.run_id != theirs
+    refused = agent.events.recent(kind="tracker.refused")
+    assert len(refused) == 1 and theirs in refused[0].message, refused
+    assert identity.read_identity(storage, "wandb")["run_id"] == run.run_id

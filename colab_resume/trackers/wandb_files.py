@@ -148,3 +148,29 @@ def last_logged_step(wandb_dir: str, run_id: str, *, besides: str | None) -> int
             if isinstance(step, (int, float)) and (last is None or step > last):
                 last = int(step)
     return last
+
+
+def config(path: str, damage: list[str] | None = None) -> dict[str, Any]:
+    """The config one ``.wandb`` file records: what its run began with,
+    then each update, in order."""
+    from wandb.proto import wandb_internal_pb2
+
+    found: dict[str, Any] = {}
+    for payload in records(path, damage):
+        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
+        try:
+            record.ParseFromString(payload)
+        except Exception:  # a record this reader does not know: not config
+            continue
+        kind = record.WhichOneof("record_type")
+        if kind not in ("run", "config"):
+            continue
+        # The run record holds the config it began with; config records, updates.
+        updates = record.run.config.update if kind == "run" else record.config.update
+        for item in updates:
+            key = "/".join(part for part in (item.key, *item.nested_key) if part)
+            try:
+                found[key] = json.loads(item.value_json)
+            except ValueError:
+                continue
+    return found
