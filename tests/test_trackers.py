@@ -500,3 +500,11 @@ def test_a_planted_wandb_record_is_not_reused(tmp_path, monkeypatch, planted):
     refused = agent.events.recent(kind="tracker.refused")
     assert len(refused) == 1 and theirs in refused[0].message, refused
     assert identity.read_identity(storage, "wandb")["run_id"] == run.run_id
+
+
+def test_a_tensorboard_log_dir_is_recorded_without_userinfo_or_query():
+    """The log directory a user passes may be a URL with credentials in it:
+    the record keeps the URL without them; a local path stays as it is."""
+    recordable = tensorboard_log._recordable
+    assert recordable("gs://alice:pw-S3cret@bucket/tb?sig=x") == "gs://bucket/tb"
+    assert recordable("/content/tb #1?") == "/content/tb #1?"
