@@ -508,3 +508,45 @@ def test_a_tensorboard_log_dir_is_recorded_without_userinfo_or_query():
     recordable = tensorboard_log._recordable
     assert recordable("gs://alice:pw-S3cret@bucket/tb?sig=x") == "gs://bucket/tb"
     assert recordable("/content/tb #1?") == "/content/tb #1?"
+
+
+@pytest.mark.parametrize(
+    ("answer", "reused"),
+    [("ours", True), ("another_run_dir", False), ("no_such_run", True)],
+)
+def test_online_wandb_reuse_asks_w_and_b_whose_run_it_is(
+    tmp_path, monkeypatch, answer, reused
+):
+    """Online, the recorded id is reused only if W&B's API shows the run's
+    config colab_resume/run_id is this run directory's, or W&B has no run of
+    that id (nobody's). No W&B server can run here: ``wandb.Api`` is a
+    stand-in answering as the real one does (a run with a config, or
+    ``RunNotFoundError``)."""
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    storage = open_run_dir(tmp_path / "run")
+    own = identity.run_id_of(storage)
+    recorded = "recordedid00000a"
+    storage.write_json(
+        identity.record_path("wandb"),
+        {"run_id": recorded, "project": "p", "entity": "team"},
+    )
+
+    class RunNotFoundError(ValueError):
+        pass
+
+    class Api:
+        default_entity = "team"
+
+        def run(self, path):
+            assert path == f"team/p/{recorded}", path
+            if answer == "no_such_run":
+                raise RunNotFoundError(f"Could not find run {path}")
+            owner = own if answer == "ours" else "0" * 32
+            return types.SimpleNamespace(config={"colab_resume/run_id": owner})
+
+    monkeypatch.setattr(wandb, "Api", Api)
+    agent = colab_resume.Agent(str(tmp_path / "run"))
+    run = colab_resume.trackers.wandb_run(agent, project="p")
+    assert (run.run_id == recorded) is reused
+    assert bool(agent.events.recent(kind="tracker.refused")) is not reused

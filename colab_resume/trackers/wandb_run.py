@@ -196,12 +196,14 @@ class WandbRun:
         try:
             api = self.wandb.Api()
             entity = self.entity_of(record, api)
-            run = api.run(f"{entity}/{record.get('project')}/{run_id}")
-        except self.wandb.errors.CommError:  # W&B has no run of this id: nobody's
-            return None
+            # Loaded lazily: a run W&B lacks is said at the first field read.
+            owner = api.run(f"{entity}/{record.get('project')}/{run_id}").config.get(
+                RUN_KEY
+            )
         except Exception as exc:  # W&B's errors: none is worth more here
+            if _no_such_run(exc):
+                return None  # an id W&B has no run of is nobody's
             return f"W&B cannot say whose it is: {type(exc).__name__}"
-        owner = run.config.get(RUN_KEY)
         if owner != self.dir_run_id:
             return (
                 f"its config {RUN_KEY} is {owner!r}, and this run directory "
@@ -264,6 +266,12 @@ class WandbRun:
                 epoch ends) or N (also ``batch/loss``... every N steps).
         """
         return step_logger_class()(WandbSink(self.run, bind=self.bind), update_freq)
+
+
+def _no_such_run(exc: BaseException) -> bool:
+    """W&B's "no such run", as its versions say it: ``RunNotFoundError`` in
+    recent ones, the words ``Could not find run`` in older ones."""
+    return type(exc).__name__ == "RunNotFoundError" or "Could not find run" in str(exc)
 
 
 def wandb_run(agent: Any, **options: Any) -> WandbRun:
