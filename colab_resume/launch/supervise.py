@@ -342,7 +342,13 @@ class Supervisor:
                     f"{self.limits.started_after:.0f}s"
                 )
             if status is not None and taken is not None:
-                verdict = self._proof(status, listed[0], taken, taken_at)
+                verdict = records.judge_start(
+                    status,
+                    listed[0],
+                    taken,
+                    held=time.monotonic() - taken_at,
+                    started_after=self.limits.started_after,
+                )
                 if verdict is not None:
                     return verdict[0], taken, verdict[1]
             child = self._child
@@ -368,34 +374,6 @@ class Supervisor:
                     False,
                 )
             self.sleep(poll)
-
-    def _proof(
-        self, status: RunStatus, listing: RunListing, taken: int, taken_at: float
-    ) -> tuple[str, bool] | None:
-        """Whether lease ``taken`` has started (True), failed to (False), or
-        not yet shown either (None)."""
-        own = [d.name.step for d in listing.committed if d.name.lease == taken]
-        if own:
-            return (
-                f"lease {taken} took the run and committed its first checkpoint "
-                f"(step {min(own)})",
-                True,
-            )
-        if status.state in (liveness.COMPLETED, liveness.STOPPED):
-            return f"lease {taken} took the run and it is {status.state}", True
-        if status.state in (liveness.DEAD, liveness.FAILED):
-            return (
-                f"lease {taken} took the run and was {status.state} before its "
-                f"first checkpoint: {status.detail}",
-                False,
-            )
-        if time.monotonic() - taken_at >= self.limits.started_after:
-            return (
-                f"lease {taken} took the run and beat for "
-                f"{self.limits.started_after:.0f}s",
-                True,
-            )
-        return None
 
     def _let_child_finish(self) -> None:
         """A session of ours that ended the run: let it close on its own

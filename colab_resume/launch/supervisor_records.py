@@ -1,4 +1,4 @@
-"""A supervisor's records in the run directory, and how supervisors judge each other.
+"""A supervisor's records, and its judgements: of other supervisors, of a relaunch.
 
 ```
 supervisor/00000001.json             create-only: who, the program, a hash of the
@@ -24,6 +24,10 @@ no pattern recognises every secret. A record keeps what its readers need
 by construction: the program's name and a SHA-256 of the whole command
 (:func:`command_facts`), which tells two supervisors' commands apart
 without saying either.
+
+A relaunch has started when its session proves it (:func:`judge_start`):
+a checkpoint committed, or the run held for a stated time; the run's
+limits count the relaunches that did not (:func:`failures_in_a_row`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any
 from colab_resume.errors import StorageError
 from colab_resume.heartbeat import liveness
 from colab_resume.protocol import rundir
+from colab_resume.protocol.listing import RunListing
 from colab_resume.storage import ObjectInfo, Storage
 from colab_resume.storage.faults import brief
 
@@ -222,6 +227,42 @@ def failures_in_a_row(relaunches: list[dict[str, Any]]) -> int:
             break
         count += 1
     return count
+
+
+def judge_start(
+    status: liveness.RunStatus,
+    listing: RunListing,
+    lease: int,
+    *,
+    held: float,
+    started_after: float,
+) -> tuple[str, bool] | None:
+    """Whether the session of ``lease``, holding the run for ``held``
+    seconds, has started (True), failed to (False), or shown neither yet
+    (None), with what happened in one line.
+
+    Started: it committed a checkpoint, ended the run COMPLETED or STOPPED,
+    or held it ``started_after`` seconds. Failed: DEAD or FAILED before any
+    of those (an out-of-memory at its first step).
+    """
+    own = [d.name.step for d in listing.committed if d.name.lease == lease]
+    if own:
+        return (
+            f"lease {lease} took the run and committed its first checkpoint "
+            f"(step {min(own)})",
+            True,
+        )
+    if status.state in (liveness.COMPLETED, liveness.STOPPED):
+        return f"lease {lease} took the run and it is {status.state}", True
+    if status.state in (liveness.DEAD, liveness.FAILED):
+        return (
+            f"lease {lease} took the run and was {status.state} before its "
+            f"first checkpoint: {status.detail}",
+            False,
+        )
+    if held >= started_after:
+        return f"lease {lease} took the run and beat for {started_after:.0f}s", True
+    return None
 
 
 class Beats:
