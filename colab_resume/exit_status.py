@@ -26,7 +26,25 @@ PREEMPTED  143    restart it: SIGTERM or a preemption notice, after the
                   final checkpoint (128 + SIGTERM, the shell convention)
 ========== ====== ============================================================
 
-The constants, and the exception that carries PREEMPTED out of a script
+The commands that follow a run from outside it (``colab-resume watch``,
+``colab-resume supervise``) end with the run's state, not a script's:
+
+============ ====== ==========================================================
+state        value  meaning
+============ ====== ==========================================================
+COMPLETED    0      the run reached its planned end
+DEAD         3      its holder went silent (``watch`` only: ``supervise``
+                    relaunches it)
+FAILED       4      its holder stopped on an error in the user's code
+STOPPED      5      a person or a SIGTERM stopped it
+UNREADABLE   6      the run directory cannot be read (``watch``)
+GAVE_UP      8      ``supervise`` reached a limit (a crash loop, the
+                    relaunches allowed a day)
+SUPERSEDED   9      a newer live supervisor took the run over
+============ ====== ==========================================================
+
+The constants, the two tables (:data:`WATCH_EXIT`, :data:`SUPERVISE_EXIT`),
+and the exception that carries PREEMPTED out of a script
 (:class:`Preempted`); nothing here exits by itself.
 """
 
@@ -38,6 +56,27 @@ STOPPED = 5
 RESTART = 75
 MISMATCH = 78
 PREEMPTED = 143
+
+# A watcher's statuses, by the run state it ends on (the state names of
+# colab_resume.heartbeat.liveness, spelled here so this floor imports none).
+RUN_DEAD = 3
+RUN_FAILED = 4
+RUN_UNREADABLE = 6
+GAVE_UP = 8
+SUPERSEDED = 9
+WATCH_EXIT = {
+    "COMPLETED": COMPLETED,
+    "DEAD": RUN_DEAD,
+    "FAILED": RUN_FAILED,
+    "STOPPED": STOPPED,
+    "UNREADABLE": RUN_UNREADABLE,
+}
+# A supervisor ends on every end state but DEAD, which it relaunches.
+SUPERVISE_EXIT = {
+    state: code
+    for state, code in WATCH_EXIT.items()
+    if state in ("COMPLETED", "FAILED", "STOPPED")
+}
 
 NAMES = {
     COMPLETED: "COMPLETED",

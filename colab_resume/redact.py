@@ -18,7 +18,19 @@ them is a leak into shared storage. So every such text passes through
   they are quoted and spaced; PEM private-key blocks in either case;
   OAuth client secrets (``GOCSPX-``) and AWS access key ids (an fsspec
   options repr holds both key and ``secret``); a resumable upload's
-  ``upload_id`` (a bearer capability).
+  ``upload_id`` (a bearer capability); GCS HMAC keys: the ``GOOG1...``
+  access id (61 characters and more) and the 40-character base64 secret
+  beside it (a word of exactly 40 base64 characters with upper and lower
+  case and a digit: a hex digest has no upper case, so never matches);
+  for error text that quotes a command: the value of an environment
+  variable whose upper-case name ends in ``KEY``, ``TOKEN``, ``SECRET`` or
+  ``PASSWORD`` (``WANDB_API_KEY=...``), of a command-line option whose name
+  ends so (``--hf-token ...``, ``--db-password=...``), API keys and tokens
+  of common services by their prefixes (``sk-``, ``hf_``, ``ghp_``...,
+  ``xoxb-``...) and a Slack webhook's path.
+
+Records never rely on this: what they keep is chosen field by field
+(SECURITY.md). Shapes are the second line, for text that must be shown.
 
 A registered secret is also removed where only its start survives (error
 text cut to a length), from its first :data:`_MIN_SECRET_PREFIX`
@@ -45,6 +57,13 @@ _SHAPES = re.compile(
             r"(?i:ya29)\.[0-9A-Za-z_\-.]{8,}",
             r"GOCSPX-[0-9A-Za-z_\-]{8,}",
             r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+            r"\bsk-[0-9A-Za-z_\-]{20,}",
+            r"\bhf_[0-9A-Za-z]{20,}",
+            r"\bgh[pousr]_[0-9A-Za-z]{20,}",
+            r"\bxox[abprs]-[0-9A-Za-z\-]{10,}",
+            r"\bGOOG1[0-9A-Z]{56,}\b",
+            r"(?<![0-9A-Za-z+/])(?=[0-9A-Za-z+/]{0,39}[A-Z])(?=[0-9A-Za-z+/]{0,39}[a-z])"
+            r"(?=[0-9A-Za-z+/]{0,39}[0-9])[0-9A-Za-z+/]{40}(?![0-9A-Za-z+/=])",
             r"1//[0-9A-Za-z_\-]{16,}",
             r"eyJ[0-9A-Za-z_\-]{8,}\.[0-9A-Za-z_\-]{8,}\.[0-9A-Za-z_\-]*",
             r"\b(?i:bearer)\s+[0-9A-Za-z_\-.~+/=]+",
@@ -67,6 +86,15 @@ _AUTHORIZATION = re.compile(
 )
 # scheme://user:PASSWORD@host: the user name and host stay, to be debugged.
 _URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.\-]*://[^\s/:@]*:)([^\s/@]+)(?=@)")
+# NAME=value in an environment, --name value or --name=value on a command
+# line, where the name says it holds a secret.
+_SECRET_NAME = r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PWD)"
+_ENVIRONMENT = re.compile(rf"(\b[A-Z][A-Z0-9_]*{_SECRET_NAME}=)([^\s\"']+)")
+_OPTION = re.compile(
+    rf"(?i)(--[a-z0-9][a-z0-9_\-]*{_SECRET_NAME}(?:=|[ \t]+))([^\s\"'-][^\s\"']*)"
+)
+# A Slack webhook is its own credential: the host stays, the path goes.
+_WEBHOOK = re.compile(r"(?i)(https://hooks\.slack\.com/)[^\s\"']+")
 # "Basic" is an English word: only base64 of "user:password" after it goes.
 _BASIC = re.compile(r"\bBasic\s+([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])")
 
@@ -136,4 +164,7 @@ def redact(text: str) -> str:
     text = _BASIC.sub(_basic_credentials, text)
     text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
     text = _AUTHORIZATION.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    text = _WEBHOOK.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    text = _ENVIRONMENT.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    text = _OPTION.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
     return _FIELDS.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)

@@ -23,6 +23,7 @@ os.environ.pop("STORAGE_EMULATOR_HOST", None)
 from support.drive_emulator import DriveEmulator  # noqa: E402
 from support.emulator import Emulator  # noqa: E402
 from support.faultproxy import fault_proxy  # noqa: E402,F401  (the fixture)
+from support.mlflow_server import mlflow_server  # noqa: E402,F401  (the fixture)
 
 _bucket_numbers = itertools.count(1)
 

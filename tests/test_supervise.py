@@ -55,6 +55,10 @@ def supervisor(run_dir: str, relaunch: str, *extra: str, env: dict | None = None
         "0.3",
         "--start-timeout",
         "180",
+        # A relaunched session proves it started by beating a second: the
+        # kills below may land before its first checkpoint.
+        "--started-after",
+        "1",
         *extra,
         env=env or environment(),
     )
@@ -165,7 +169,7 @@ def test_a_relaunch_that_starts_no_session_stops_after_its_limit(tmp_path):
         GAVE_UP, timeout=120
     )
     assert "exited with status 3 before a session took the run" in result.stdout
-    assert "2 relaunches in a row started no session" in result.stdout
+    assert "last 2 relaunches in a row started no session" in result.stdout
     assert "auth failed for token" in result.stdout
     assert "secretsecret" not in result.stdout
     assert len(read_relaunches(Storage(run_dir))) == 2
@@ -178,10 +182,13 @@ def test_a_relaunch_that_starts_no_session_stops_after_its_limit(tmp_path):
             "time.sleep(600)",
         ]
     )
+    # The run's two failed starts count for this supervisor too: a third
+    # makes three in a row.
     result = supervisor(
-        run_dir, hanging, "--max-failed-starts", "1", "--start-timeout", "3"
+        run_dir, hanging, "--max-failed-starts", "3", "--start-timeout", "3"
     ).finish(GAVE_UP, timeout=120)
     assert "no session took the run within 3s" in result.stdout, result.stdout
+    assert "last 3 relaunches in a row started no session" in result.stdout
     hung = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(hung, 0)  # stopped, not left behind

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import types
-import urllib.request
 
 import pytest
-from support import run_worker, wait_for, worker
+from support import run_worker, worker
 from support.compare import assert_same_reported
+from support.mlflow_server import QUIET_ENV
 
 import colab_resume
 from colab_resume.storage import Storage
@@ -36,68 +34,7 @@ TOTAL = 180  # 3 epochs x 60 steps, a checkpoint every 70
 EPOCH_ENDS = [60, 120, 180]
 # The worker imports the package this test imports, wherever it lives.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(colab_resume.__file__)))
-ENV = {
-    "PYTHONPATH": ROOT,
-    "WANDB_MODE": "offline",
-    "WANDB_SILENT": "true",
-    "WANDB_DISABLE_GIT": "true",
-    "WANDB_DISABLE_CODE": "true",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-    "DO_NOT_TRACK": "true",
-}
-
-
-# --- a real MLflow tracking server ---------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    pytest.importorskip("mlflow")
-    base = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "mlflow", "server"),
-            *("--backend-store-uri", f"sqlite:///{base / 'mlflow.db'}"),
-            *("--default-artifact-root", str(base / "artifacts")),
-            *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(base / "server.log", "wb"),  # noqa: SIM115 (closed with it)
-        env={**os.environ, **ENV},
-        start_new_session=True,  # its workers in one group, ended together
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(
-            lambda: answers(f"{url}/health"),
-            120,
-            "the MLflow server to answer /health",
-            interval=0.2,
-            unless=lambda: (
-                None
-                if server.poll() is None
-                else f"it exited: {(base / 'server.log').read_text()[-2000:]}"
-            ),
-        )
-        yield url
-    finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
+ENV = {"PYTHONPATH": ROOT, **QUIET_ENV}
 
 
 # --- the killed and resumed run ------------------------------------------------------
@@ -398,3 +335,218 @@ def test_importing_the_trackers_imports_no_tracker_and_no_keras():
         env={**os.environ, "PYTHONPATH": ROOT},
     ).stdout
     assert json.loads(out.strip().replace("'", '"')) == []
+
+
+# --- a recorded identity is data, not proof ------------------------------------------
+
+
+def open_run_dir(path) -> Storage:
+    """A run directory whose first session opened (run.json) and closed."""
+    from colab_resume.heartbeat import RunSession, SessionOptions
+
+    storage = Storage(str(path))
+    RunSession.open(storage, SessionOptions(heartbeat_seconds=5)).close()
+    return storage
+
+
+@pytest.mark.parametrize("planted", ["untagged", "another_run_dir", "other_experiment"])
+def test_a_planted_mlflow_record_is_not_reused(tmp_path, mlflow_server, planted):
+    """trackers/mlflow.json names an MLflow run that is not this training
+    run's: someone else's (no tag), another run directory's (its tag names
+    another run_id), or this run's own but in another experiment than the
+    one asked for. The session refuses it by name, makes a new MLflow run,
+    records it, and leaves the planted one as it was; the next session
+    reuses the new one."""
+    import mlflow
+
+    client = mlflow.MlflowClient(mlflow_server)
+    storage = open_run_dir(tmp_path / "run")
+    own_id = identity.run_id_of(storage)
+    name = f"planted-{planted}"
+    asked = client.get_experiment_by_name(name)
+    asked_id = asked.experiment_id if asked else client.create_experiment(name)
+    elsewhere = client.get_experiment_by_name("elsewhere")
+    elsewhere_id = (
+        elsewhere.experiment_id if elsewhere else client.create_experiment("elsewhere")
+    )
+    tags, where = {
+        "untagged": ({"owner": "someone else"}, asked_id),
+        "another_run_dir": ({"colab_resume.run_id": "0" * 32}, asked_id),
+        "other_experiment": ({"colab_resume.run_id": own_id}, elsewhere_id),
+    }[planted]
+    theirs = client.create_run(where, tags=tags).info.run_id
+    storage.write_json(
+        identity.record_path("mlflow"),
+        {"run_id": theirs, "experiment_id": where, "tracking_uri": mlflow_server},
+    )
+    agent = colab_resume.Agent(str(tmp_path / "run"))
+    with colab_resume.trackers.mlflow_run(
+        agent, experiment=name, tracking_uri=mlflow_server
+    ) as run:
+        assert run.created and run.run_id != theirs
+    refused = agent.events.recent(kind="tracker.refused")
+    assert len(refused) == 1 and theirs in refused[0].message, refused
+    left = client.get_run(theirs)
+    assert left.info.status == "RUNNING"  # never ended FINISHED by this session
+    untouched = {k: v for k, v in left.data.tags.items() if k != "mlflow.runName"}
+    assert untouched == tags
+    ours = client.get_run(run.run_id)
+    assert ours.info.experiment_id == asked_id
+    assert ours.data.tags["colab_resume.run_id"] == own_id
+    assert identity.read_identity(storage, "mlflow")["run_id"] == run.run_id
+    again_agent = colab_resume.Agent(str(tmp_path / "run"))
+    with colab_resume.trackers.mlflow_run(
+        again_agent, experiment=name, tracking_uri=mlflow_server
+    ) as again:
+        assert again.run_id == run.run_id and not again.created
+    assert not again_agent.events.recent(kind="tracker.refused")
+
+
+def test_the_mlflow_record_keeps_no_password_of_the_tracking_uri(
+    tmp_path, mlflow_server
+):
+    """A tracking URI with userinfo and a query: the record keeps its host,
+    port and path only."""
+    storage = open_run_dir(tmp_path / "run")
+    host = mlflow_server.split("://", 1)[1]
+    uri = f"http://alice:pw-S3cret-value@{host}"
+    agent = colab_resume.Agent(str(tmp_path / "run"))
+    with colab_resume.trackers.mlflow_run(agent, experiment="uri", tracking_uri=uri):
+        pass
+    record = identity.read_identity(storage, "mlflow")
+    assert record["tracking_uri"] == mlflow_server, record
+    assert identity.safe_uri(f"{mlflow_server}/x?token=T0ken#frag") == (
+        f"{mlflow_server}/x"
+    )
+
+
+def test_a_damaged_wandb_record_is_reported_not_trusted(tmp_path):
+    """A real offline W&B file (written by wandb itself) with one byte
+    flipped inside the history record of step 20: that record fails its
+    checksum, is left out and said; every other row reads as written."""
+    pytest.importorskip("wandb")
+    script = (
+        "import wandb\n"
+        f"run = wandb.init(project='crc', dir={str(tmp_path)!r})\n"
+        "for step in range(1, 31):\n"
+        "    run.log({'loss': step / 10}, step=step)\n"
+        "run.finish()\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, **ENV}, check=True
+    )
+    [path] = [
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(tmp_path)
+        for name in names
+        if name.endswith(".wandb") and "latest-run" not in folder
+    ]
+    assert [row["_step"] for row in wandb_files.history(path)] == list(range(1, 31))
+    from wandb.proto import wandb_internal_pb2
+
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    for offset, kind, chunk, intact in wandb_files.frames(bytes(data)):
+        record = wandb_internal_pb2.Record()
+        assert intact
+        if kind != 1:
+            continue
+        record.ParseFromString(chunk)
+        steps = [
+            wandb_files._value(item)
+            for item in record.history.item
+            if "/".join(p for p in (item.key, *item.nested_key) if p) == "_step"
+        ]
+        if record.WhichOneof("record_type") == "history" and steps == [20]:
+            data[offset + 7 + len(chunk) // 2] ^= 0x40
+            break
+    else:
+        raise AssertionError("no history record of step 20 in the file")
+    with open(path, "wb") as f:
+        f.write(data)
+    damage: list[str] = []
+    rows = wandb_files.history(path, damage)
+    assert [row["_step"] for row in rows] == [s for s in range(1, 31) if s != 20]
+    assert len(damage) == 1 and "fails its checksum" in damage[0], damage
+
+
+@pytest.mark.parametrize("planted", ["someone_elses", "other_project"])
+def test_a_planted_wandb_record_is_not_reused(tmp_path, monkeypatch, planted):
+    """trackers/wandb.json names a W&B run that is not this training run's:
+    an offline run someone else wrote (its files carry no colab_resume/run_id
+    of this run directory), or a run in another project than the one
+    asked for. The session draws a new id and says which it refused."""
+    pytest.importorskip("wandb")
+    for name, value in QUIET_ENV.items():
+        monkeypatch.setenv(name, value)
+    theirs = "someoneelse0000a"
+    script = (
+        "import wandb\n"
+        f"run = wandb.init(id={theirs!r}, project='p', dir={str(tmp_path)!r})\n"
+        "run.log({'loss': 1.0}, step=1)\n"
+        "run.finish()\n"
+    )
+    subprocess.run([sys.executable, "-c", script], env={**os.environ}, check=True)
+    assert wandb_files.offline_files(str(tmp_path / "wandb"), theirs)
+    storage = open_run_dir(tmp_path / "run")
+    project = "p" if planted == "someone_elses" else "elsewhere"
+    storage.write_json(
+        identity.record_path("wandb"),
+        {"run_id": theirs, "project": project, "entity": None},
+    )
+    agent = colab_resume.Agent(str(tmp_path / "run"))
+    run = colab_resume.trackers.wandb_run(agent, project="p", dir=str(tmp_path))
+    assert run.created and run.run_id != theirs
+    refused = agent.events.recent(kind="tracker.refused")
+    assert len(refused) == 1 and theirs in refused[0].message, refused
+    assert identity.read_identity(storage, "wandb")["run_id"] == run.run_id
+
+
+def test_a_tensorboard_log_dir_is_recorded_without_userinfo_or_query():
+    """The log directory a user passes may be a URL with credentials in it:
+    the record keeps the URL without them; a local path stays as it is."""
+    recordable = tensorboard_log._recordable
+    assert recordable("gs://alice:pw-S3cret@bucket/tb?sig=x") == "gs://bucket/tb"
+    assert recordable("/content/tb #1?") == "/content/tb #1?"
+
+
+@pytest.mark.parametrize(
+    ("answer", "reused"),
+    [("ours", True), ("another_run_dir", False), ("no_such_run", True)],
+)
+def test_online_wandb_reuse_asks_w_and_b_whose_run_it_is(
+    tmp_path, monkeypatch, answer, reused
+):
+    """Online, the recorded id is reused only if W&B's API shows the run's
+    config colab_resume/run_id is this run directory's, or W&B has no run of
+    that id (nobody's). No W&B server can run here: ``wandb.Api`` is a
+    stand-in answering as the real one does (a run with a config, or
+    ``RunNotFoundError``)."""
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    storage = open_run_dir(tmp_path / "run")
+    own = identity.run_id_of(storage)
+    recorded = "recordedid00000a"
+    storage.write_json(
+        identity.record_path("wandb"),
+        {"run_id": recorded, "project": "p", "entity": "team"},
+    )
+
+    class RunNotFoundError(ValueError):
+        pass
+
+    class Api:
+        default_entity = "team"
+
+        def run(self, path):
+            assert path == f"team/p/{recorded}", path
+            if answer == "no_such_run":
+                raise RunNotFoundError(f"Could not find run {path}")
+            owner = own if answer == "ours" else "0" * 32
+            return types.SimpleNamespace(config={"colab_resume/run_id": owner})
+
+    monkeypatch.setattr(wandb, "Api", Api)
+    agent = colab_resume.Agent(str(tmp_path / "run"))
+    run = colab_resume.trackers.wandb_run(agent, project="p")
+    assert (run.run_id == recorded) is reused
+    assert bool(agent.events.recent(kind="tracker.refused")) is not reused

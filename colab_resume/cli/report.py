@@ -65,7 +65,7 @@ def relaunch_lines(storage: Storage) -> list[str]:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["at"]))
         took = (
             f"lease {r['lease']} took the run {r.get('seconds', 0):.0f}s later"
-            if "lease" in r
+            if "lease" in r and r.get("started", True) is True
             else str(r.get("outcome", "no session took the run"))
         )
         lines.append(

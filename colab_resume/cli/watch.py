@@ -31,19 +31,14 @@ from typing import IO
 
 from colab_resume.cli import common
 from colab_resume.errors import StorageError, StorageUnavailableError
+from colab_resume.exit_status import WATCH_EXIT
 from colab_resume.heartbeat import liveness
 from colab_resume.heartbeat.liveness import RunStatus
 from colab_resume.launch.teardown import Teardown, run_teardown
 from colab_resume.storage import Storage
 
 UNREADABLE = "UNREADABLE"  # watch's own verdict: the run directory cannot be read
-EXIT_CODES = {
-    liveness.COMPLETED: 0,
-    liveness.DEAD: 3,
-    liveness.FAILED: 4,
-    liveness.STOPPED: 5,
-    UNREADABLE: 6,
-}
+EXIT_CODES = WATCH_EXIT  # the one home: colab_resume.exit_status
 ALERT_STATES = (*liveness.FREE, UNREADABLE)
 # One environment value; Linux refuses a single one over 128 KiB
 # ("argument list too long"), and a heartbeat may carry any text.

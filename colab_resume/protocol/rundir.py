@@ -10,6 +10,7 @@ checkpoints/step-000001200.e00000001/PROCESS-1.json  process 1's files, done
 checkpoints/step-000001200.e00000001/MANIFEST.json   written last, create-only
 DONE.json                                  training finished
 supervisor/00000001.json                   create-only, one per supervisor
+supervisor/00000001.beat.json              overwritten by supervisor 1 every beat
 supervisor/00000001.relaunches.json        overwritten by supervisor 1
 history/00000001-000000.json               create-only chunks of lease 1's metrics
 ```

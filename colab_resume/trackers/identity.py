@@ -7,14 +7,32 @@ where the checkpoints do: ``trackers/<name>.json`` in the run directory,
 written once, create-only, through the same :class:`~colab_resume.storage.Storage`
 as everything else (local disk, Cloud Storage, Drive). Two sessions that
 race to create it agree: the loser reads the winner's record and uses it.
+
+A record is data, not an identity to trust: anyone with write access to
+the run directory can plant one naming another person's tracker run. So a
+session reuses a recorded tracker run only where the tracker itself proves
+that it belongs to this training run (a tag holding the run directory's
+``run_id``, read back from the tracker) and lies where the caller asked;
+otherwise it makes a new one and replaces the record (:func:`replace_identity`),
+saying which run it refused and why.
+
+A record keeps only what its readers need and what is known to hold no
+secret: ids, and a tracking URI without its userinfo, query or fragment
+(:func:`safe_uri`), by construction rather than by recognising a
+password's shape.
 """
 
 from __future__ import annotations
 
+import logging
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume.protocol import rundir
 from colab_resume.storage import Storage
+
+log = logging.getLogger(__name__)
 
 TRACKERS_DIR = "trackers"
 
@@ -31,6 +49,42 @@ def storage_of(agent: Any) -> Storage:
         agent.options.storage_options,
         retry=agent.options.storage_retry,
     )
+
+
+def safe_uri(uri: str) -> str:
+    """``uri`` as a record may keep it: scheme, host, port and path only.
+
+    ``https://user:PASSWORD@host:5000/x?token=T#f`` becomes
+    ``https://host:5000/x``; a URI without a network location (a local
+    path, ``databricks``, ``sqlite:///mlflow.db``) keeps its path and loses
+    any query.
+    """
+    parts = urllib.parse.urlsplit(uri)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:  # a port that is no number: not kept
+        port = None
+    netloc = host + (f":{port}" if port is not None else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def run_id_of(storage: Storage) -> str | None:
+    """The run directory's ``run_id`` (``run.json``); None before the first
+    session wrote it, or where it cannot be read as one."""
+    try:
+        record = storage.read_json(rundir.RUN_RECORD)
+    except (FileNotFoundError, ValueError):
+        return None
+    value = record.get("run_id") if isinstance(record, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def replace_identity(storage: Storage, name: str, record: dict[str, Any]) -> None:
+    """Overwrite tracker ``name``'s record: the recorded run was refused."""
+    storage.write_json(record_path(name), record)
 
 
 def read_identity(storage: Storage, name: str) -> dict[str, Any] | None:

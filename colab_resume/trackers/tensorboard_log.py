@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from colab_resume.storage import Storage
-from colab_resume.trackers.identity import claim_identity, storage_of
+from colab_resume.trackers.identity import claim_identity, safe_uri, storage_of
 
 # TensorBoard reads a file whose name contains this, in name order.
 _EVENTS = "tfevents"
@@ -209,20 +209,27 @@ def tensorboard(agent: Any, log_dir: str | None = None, **kwargs: Any) -> Any:
     """
     storage = storage_of(agent)
     chosen = log_dir or _default_log_dir(agent.run_dir)
-    recorded, _ = claim_identity(storage, "tensorboard", lambda: {"log_dir": chosen})
+    shown = _recordable(chosen)
+    recorded, _ = claim_identity(storage, "tensorboard", lambda: {"log_dir": shown})
     if log_dir is None:
-        chosen = str(recorded["log_dir"])
-    elif recorded["log_dir"] != log_dir:
+        chosen = shown = str(recorded["log_dir"])
+    elif recorded["log_dir"] != shown:
         agent.events.emit(
             "tracker.moved",
-            f"TensorBoard: logging to {log_dir}, not to {recorded['log_dir']} "
+            f"TensorBoard: logging to {shown}, not to {recorded['log_dir']} "
             f"where this run's first session logged: one run, two log "
             f"directories",
             level="warning",
         )
-    agent.events.emit("tracker.tensorboard", f"TensorBoard logs in {chosen}")
+    agent.events.emit("tracker.tensorboard", f"TensorBoard logs in {shown}")
     marks = RestartMarks(chosen, agent.options.storage_options)
     return continued_tensorboard_class()(chosen, marks, **kwargs)
+
+
+def _recordable(log_dir: str) -> str:
+    """``log_dir`` as the run directory may keep it: a URL without userinfo
+    or query (a local path as it is: ``?`` and ``#`` are a file name's)."""
+    return safe_uri(log_dir) if "://" in log_dir else log_dir
 
 
 def _default_log_dir(run_dir: str) -> str:

@@ -12,25 +12,45 @@ killed session logged after its last checkpoint are not logged again
 metric ``colab_resume/resumed_at`` in the first row the session logs, the
 summary's ``colab_resume/resumed_at`` and its ``colab_resume/sessions``
 count.
+
+A recorded id is resumed only when W&B proves the run is this training
+run's: its config ``colab_resume/run_id`` holds the run directory's
+``run_id`` (``run.json``), read back from the earlier offline files of
+that id (offline) or from W&B's API (online; an id W&B has no run of is
+nobody's and is used), and it lies in the project (and entity) asked for.
+Otherwise a new id is drawn and the refused one named. The config key is
+set at ``wandb.init``, or, on a fresh run directory whose ``run.json`` the
+first session has not written yet, as soon as training begins.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import secrets
 import string
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from colab_resume.trackers.identity import claim_identity, storage_of
+from colab_resume.trackers.identity import (
+    claim_identity,
+    replace_identity,
+    run_id_of,
+    storage_of,
+)
 from colab_resume.trackers.logger import (
     EVERY_METRIC,
     failed,
     require,
 )
-from colab_resume.trackers.wandb_files import last_logged_step
+from colab_resume.trackers.wandb_files import config, last_logged_step, offline_files
+
+log = logging.getLogger(__name__)
 
 PIP = "wandb"
+RUN_KEY = "colab_resume/run_id"  # the run directory's run_id: whose run this is
 MARK = "colab_resume/resumed_at"
 SESSIONS = "colab_resume/sessions"
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -50,11 +70,14 @@ def _offline(run: Any) -> bool:
 class WandbSink:
     """:class:`~colab_resume.trackers.logger.Sink` over one W&B run."""
 
-    def __init__(self, run: Any) -> None:
+    def __init__(self, run: Any, bind: Callable[[], None] | None = None) -> None:
         self.run = run
+        self.bind = bind
         self._mark: dict[str, float] = {}
 
     def logged_through(self) -> dict[str, int]:
+        if self.bind is not None:  # training began: run.json exists by now
+            self.bind()
         last: int | None = None
         if _offline(self.run):
             own = os.path.join(self.run.dir, os.pardir, f"run-{self.run.id}.wandb")
@@ -99,28 +122,125 @@ class WandbRun:
     ) -> None:
         self.agent = agent
         self.wandb = require("wandb", PIP)
-        record, self.created = claim_identity(
-            storage_of(agent),
-            "wandb",
-            lambda: {"run_id": new_run_id(), "project": project, "entity": entity},
-        )
+        self.storage = storage_of(agent)
+        self.dir_run_id = run_id_of(self.storage)
+        self.init_options = init_options
+        self._bound = False
+
+        def draw() -> dict[str, Any]:
+            return {"run_id": new_run_id(), "project": project, "entity": entity}
+
+        record, self.created = claim_identity(self.storage, "wandb", draw)
+        if not self.created:
+            why = self._not_ours(record, project, entity)
+            if why is not None:
+                refused = record.get("run_id")
+                record, self.created = draw(), True
+                replace_identity(self.storage, "wandb", record)
+                said = (
+                    f"W&B: the recorded W&B run {refused!r} is not this run's "
+                    f"({why}); drew W&B run {record['run_id']} instead"
+                )
+                log.warning(said)
+                agent.events.emit("tracker.refused", said, level="warning")
         self.run_id = str(record["run_id"])
         # The recorded project: a later session that names none reaches the run.
         self.project = project or record.get("project")
         self.entity = entity or record.get("entity")
-        self.init_options = init_options
         self.run: Any = None
 
+    def _offline(self) -> bool:
+        mode = self.init_options.get("mode") or os.environ.get("WANDB_MODE", "")
+        return mode in ("offline", "dryrun")
+
+    def _wandb_dir(self) -> str:
+        base = self.init_options.get("dir") or os.environ.get("WANDB_DIR") or "."
+        return os.path.join(str(base), "wandb")
+
+    def _not_ours(
+        self, record: dict[str, Any], project: str | None, entity: str | None
+    ) -> str | None:
+        """Why the recorded W&B run is not provably this training run's."""
+        run_id = record.get("run_id")
+        if (
+            not isinstance(run_id, str)
+            or not run_id
+            or not set(run_id) <= set(_ID_ALPHABET)
+        ):
+            return "the record names no W&B run id of this package's drawing"
+        for name, asked in (("project", project), ("entity", entity)):
+            if asked is not None and record.get(name) != asked:
+                return (
+                    f"it lies in {name} {record.get(name)!r}, not the {name} "
+                    f"asked for ({asked!r})"
+                )
+        if self.dir_run_id is None:
+            return "this run directory has no run.json yet, so no run is its"
+        if self._offline():
+            return self._offline_proof(run_id)
+        return self._online_proof(run_id, record)
+
+    def _offline_proof(self, run_id: str) -> str | None:
+        files = offline_files(self._wandb_dir(), run_id)
+        if any(config(path).get(RUN_KEY) == self.dir_run_id for path in files):
+            return None
+        if not files:
+            return (
+                f"no earlier offline folder of it under {self._wandb_dir()} "
+                f"shows whose it is"
+            )
+        return f"none of its {len(files)} offline folders carries {RUN_KEY}"
+
+    def _online_proof(self, run_id: str, record: dict[str, Any]) -> str | None:
+        try:
+            api = self.wandb.Api()
+            entity = self.entity_of(record, api)
+            # Loaded lazily: a run W&B lacks is said at the first field read.
+            owner = api.run(f"{entity}/{record.get('project')}/{run_id}").config.get(
+                RUN_KEY
+            )
+        except Exception as exc:  # W&B's errors: none is worth more here
+            if _no_such_run(exc):
+                return None  # an id W&B has no run of is nobody's
+            return f"W&B cannot say whose it is: {type(exc).__name__}"
+        if owner != self.dir_run_id:
+            return (
+                f"its config {RUN_KEY} is {owner!r}, and this run directory "
+                f"is run {self.dir_run_id!r}"
+            )
+        return None
+
+    @staticmethod
+    def entity_of(record: dict[str, Any], api: Any) -> str:
+        return str(record.get("entity") or api.default_entity)
+
+    def bind(self) -> None:
+        """Put the run directory's run_id in the W&B run's config once
+        ``run.json`` exists (a fresh run directory gets it when its first
+        session opens)."""
+        if self._bound or self.run is None:
+            return
+        self.dir_run_id = self.dir_run_id or run_id_of(self.storage)
+        if self.dir_run_id is not None:
+            self.run.config.update({RUN_KEY: self.dir_run_id}, allow_val_change=True)
+            self._bound = True
+
     def __enter__(self) -> WandbRun:
+        options = dict(self.init_options)
+        given = options.get("config")
+        if self.dir_run_id is not None and isinstance(given, (dict, type(None))):
+            options["config"] = {**(given or {}), RUN_KEY: self.dir_run_id}
+            self._bound = True
         self.run = self.wandb.init(
             id=self.run_id,
             resume="allow",
             project=self.project,
             entity=self.entity,
-            **self.init_options,
+            **options,
         )
         sessions = int(self.run.summary.get(SESSIONS, 0) or 0) + 1
         self.run.summary[SESSIONS] = sessions
+        self.bind()  # a config wandb.init could not merge (argparse, flags...)
         self.agent.events.emit(
             "tracker.wandb",
             f"W&B run {self.run_id} ({'new' if self.created else 'resumed'})",
@@ -133,6 +253,8 @@ class WandbRun:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        with contextlib.suppress(Exception):  # the block's own error comes first
+            self.bind()
         self.run.finish(exit_code=1 if failed(exc) else 0)
 
     def callback(self, update_freq: str | int = "epoch") -> Any:
@@ -144,7 +266,13 @@ class WandbRun:
         """
         from colab_resume.trackers.keras_logger import TrackerLogger
 
-        return TrackerLogger(WandbSink(self.run), update_freq)
+        return TrackerLogger(WandbSink(self.run, bind=self.bind), update_freq)
+
+
+def _no_such_run(exc: BaseException) -> bool:
+    """W&B's "no such run", as its versions say it: ``RunNotFoundError`` in
+    recent ones, the words ``Could not find run`` in older ones."""
+    return type(exc).__name__ == "RunNotFoundError" or "Could not find run" in str(exc)
 
 
 def wandb_run(agent: Any, **options: Any) -> WandbRun:

@@ -201,6 +201,65 @@ def test_ordinary_text_is_left_alone():
     assert redact(text) == text
 
 
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("env WANDB_API_KEY=0f3c9a7e5b1d2c4e6a8b python t.py", "0f3c9a7e5b1d"),
+        ("python t.py --hf-token hf_QmZkXwVtRpLsNjHgFdSaPoIu", "QmZkXwVtRp"),
+        ("python t.py --api-key sk-proj-Tk8Vn2Lq9Wx4Zr7Yp3Ms", "Tk8Vn2Lq9W"),
+        ("python t.py --db-password correct-horse-battery", "correct-horse"),
+        ("env GITHUB_TOKEN=ghp_R7nK2vQ9xL4mZ8wT1yP6sD3f make", "R7nK2vQ9xL"),
+        ("notify https://hooks.slack.com/services/T01/B02/XyZ9aBcDeF", "XyZ9aBcDeF"),
+        ("env KAGGLE_KEY=5e8d1c4b7a0f3e6d9c2b kaggle", "5e8d1c4b7a0f"),
+        ("env MLFLOW_TRACKING_PASSWORD=mlflow-Pa55-word x", "Pa55-word"),
+        ("failed: sk-ant-api03-Tk8Vn2Lq9Wx4Zr7Yp3Ms6Hd", "Tk8Vn2Lq9W"),
+        ("rejected hf_QmZkXwVtRpLsNjHgFdSaPoIu in the header", "QmZkXwVtRp"),
+        ("slack said xoxb-1234567890-abcdefghij was revoked", "abcdefghij"),
+        ("python t.py --db-password=correct-horse-battery", "correct-horse"),
+    ],
+)
+def test_a_quoted_command_loses_its_secrets(text, secret):
+    """Error text that quotes a command (a launcher's failure, a traceback)
+    loses the 8 common ways of passing a secret; the rest stays readable."""
+    cleaned = redact(text)
+    assert secret not in cleaned and "<redacted>" in cleaned, cleaned
+    assert cleaned.split()[0] == text.split()[0]
+
+
+def test_ordinary_commands_keep_their_words():
+    for text in (
+        "KERAS_BACKEND=jax TF_CPP_MIN_LOG_LEVEL=3 python train.py --epochs 3",
+        "colab-resume supervise gs://b/r --max-per-day 1 --interval 0.3",
+        "python train.py --key-frames 3 --tokenizer bpe",
+    ):
+        assert redact(text) == text
+
+
+# A GCS HMAC key's two parts, shaped as Cloud Storage issues them.
+HMAC_ID = "GOOG1E" + "J7QX2MZP4KLT9WRB" * 3 + "A3VHN7QX2MZ"
+HMAC_SECRET = "bGx9Q2x+Zk4wR1dzYTdmUk8vcHE3Tm1LdjJhQ2sz"  # 30 bytes, base64
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"gsutil config: access id {HMAC_ID} secret {HMAC_SECRET}",
+        f"{{'key': '{HMAC_ID}', 'password': '{HMAC_SECRET}'}}",
+        f"s3fs.S3FileSystem(key={HMAC_ID}, secret={HMAC_SECRET})",
+        f"AWS_ACCESS_KEY_ID={HMAC_ID} AWS_SECRET_ACCESS_KEY={HMAC_SECRET} python x",
+        f"{HMAC_SECRET}",
+    ],
+)
+def test_gcs_hmac_keys_are_redacted(text):
+    """Both parts go, however they are passed; a hex digest of the same
+    length (a commit, a SHA-1) is no secret and stays."""
+    assert len(HMAC_ID) >= 61 and len(HMAC_SECRET) == 40
+    cleaned = redact(text)
+    assert HMAC_ID[:20] not in cleaned and HMAC_SECRET[:20] not in cleaned, cleaned
+    digest = "11f6ad8ec52a2984abaafd7c3b516503785c2072"
+    assert redact(f"commit {digest}") == f"commit {digest}"
+
+
 # --- a raw token gcsfs cannot validate ----------------------------------------
 #
 # gcsfs asks Google's tokeninfo endpoint for a raw token's expiry, with the

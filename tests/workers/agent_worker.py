@@ -186,7 +186,9 @@ def main() -> int:
         if step == args.stop_at_step:
             agent.stop()
         if step == args.raise_at_step:
-            raise RuntimeError(f"a bug at step {step}")
+            # The message a user's error carries may be set from outside.
+            said = os.environ.get("AGENT_WORKER_ERROR", "").strip()
+            raise RuntimeError(f"a bug at step {step}" + (f": {said}" if said else ""))
         if args.step_sleep:
             time.sleep(args.step_sleep)  # a slower "model": faults land mid-run
 
