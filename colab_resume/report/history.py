@@ -75,6 +75,7 @@ LANDMARK_KINDS = (
     "lease.fenced",
     "run.resumed_at",
     "checkpoint.restored",
+    "run.runtime_changed",
     "run.completed",
     "recovery.started",
 )
