@@ -31,3 +31,15 @@ class DamagedCheckpointError(CheckpointError):
     another shape or dtype, a header that is not the one written) is
     damage: restore falls back to the next older checkpoint with a warning.
     """
+
+
+class DamagedObjectError(DamagedCheckpointError):
+    """A shared object a checkpoint references is missing or damaged.
+
+    Attributes:
+        name: the object (``<sha256>.safetensors`` under ``objects/``).
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"shared object objects/{name}: {reason}")
+        self.name = name

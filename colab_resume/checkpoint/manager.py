@@ -21,6 +21,7 @@ Example (the agent drives this)::
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from colab_resume import defaults
-from colab_resume.checkpoint import formats, retention, transfer
+from colab_resume.checkpoint import formats, objects, retention, transfer
 from colab_resume.checkpoint.fetch import ArrivalWait, Prefetch
 from colab_resume.checkpoint.groups import StateLike
 from colab_resume.checkpoint.processes import (
@@ -63,6 +64,8 @@ WAITING_REPORT_SECONDS = 1.0
 # the state, and never less than this floor (see staging_bytes).
 STAGING_SHARE = 16
 MIN_STAGING_BYTES = 8 << 20
+FROZEN_ONCE = "once"
+FROZEN_MODES = (FROZEN_ONCE, "every")
 
 
 def staging_bytes(state_bytes: int) -> int:
@@ -98,6 +101,12 @@ class CheckpointConfig:
         format: ``"portable"`` (host arrays both backends read; TensorFlow's
             own format only where a state group is an opaque trackable) or
             ``"tensorflow"`` (``tf.train.Checkpoint`` files, TensorFlow only).
+        frozen: ``"once"``: arrays no training step changes (a LoRA's
+            frozen base, frozen layers) are written by the first save that
+            needs them as shared objects of the run directory, and only
+            referenced by later checkpoints; ``"every"``: every array into
+            every checkpoint. The portable format only: TensorFlow's own
+            writes every array every time.
     """
 
     keep: int = defaults.KEEP
@@ -109,6 +118,7 @@ class CheckpointConfig:
     workers: int = 8
     progress_seconds: float = 2.0
     format: str = formats.PORTABLE
+    frozen: str = FROZEN_ONCE
 
     def __post_init__(self) -> None:
         def fail(name: str, need: str) -> None:
@@ -134,6 +144,13 @@ class CheckpointConfig:
             fail("format", " or ".join(repr(f) for f in formats.REGISTRY))
         if not _is_int(self.workers) or self.workers < 1:
             fail("workers", "an int >= 1")
+        if self.frozen not in FROZEN_MODES:
+            close = difflib.get_close_matches(str(self.frozen), FROZEN_MODES, n=1)
+            raise ValueError(
+                f"frozen must be 'once' (arrays no step changes are written once "
+                f"per run) or 'every' (into every checkpoint), got "
+                f"{self.frozen!r}." + (f" Did you mean {close[0]!r}?" if close else "")
+            )
         if (
             not isinstance(self.progress_seconds, (int, float))
             or self.progress_seconds < 0
@@ -319,6 +336,7 @@ class CheckpointManager:
             shard_bytes=self.config.shard_bytes,
             write_behind=self.config.async_write,
             io_device=self.config.io_device,
+            frozen=self.config.frozen,
         )
 
     def _training_state(self, state: StateLike) -> formats.StateWriter:
@@ -357,7 +375,11 @@ class CheckpointManager:
             self._cleared_leftovers = True
             self._prune_quietly(name.step)
         training_state.sync()
-        files = sorted(os.listdir(staging))
+        # Files only: shared objects are staged in a folder of their own.
+        files = sorted(
+            f for f in os.listdir(staging) if os.path.isfile(os.path.join(staging, f))
+        )
+        shared, new_objects = training_state.objects()
         # The portable format checksums each shard as it writes it (no
         # second read of the files); TensorFlow's files are read here.
         written: dict[str, tuple[int, str]] = getattr(training_state, "written", {})
@@ -382,18 +404,22 @@ class CheckpointManager:
             structure=training_state.structure,
             metrics=metrics,
             extras=extras,
+            objects=shared,
         )
+        uploads = [(os.path.join(staging, f), f"{name.path}/{f}") for f in files]
+        if shared is not None:
+            uploads += objects.to_upload(self.storage, new_objects)
         progress = TransferProgress(
             self._events,
             kind="checkpoint.upload.progress",
             what=f"upload of {name.dirname}",
-            total_bytes=manifest.total_bytes,
+            total_bytes=sum(os.path.getsize(local) for local, _ in uploads),
             step=name.step,
             quiet_seconds=self.config.progress_seconds,
         )
         transfer.upload(
             self.storage,
-            [(os.path.join(staging, f), f"{name.path}/{f}") for f in files],
+            uploads,
             progress=progress,
             workers=self.config.workers,
             # The files' size, not the state's nbytes: what is uploaded, in
@@ -406,6 +432,14 @@ class CheckpointManager:
             manifest = dataclasses.replace(
                 manifest, processes=self.process.count, markers=markers
             )
+        if shared is not None:
+            try:
+                # A commit never references an object the run directory
+                # does not list as it was written.
+                objects.check_stored(self.storage, shared)
+            except objects.MissingObjectError:
+                training_state.forget_objects()
+                raise
         self._fence()
         self.storage.write_json(
             name.manifest_path, manifest.to_json(), create_only=True, commit=True
@@ -466,6 +500,12 @@ class CheckpointManager:
     @property
     def uploading(self) -> bool:
         return self._uploader.busy
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Finish the upload in flight, raise its error, drop the staging area."""
@@ -529,7 +569,13 @@ class CheckpointManager:
                 state, manifest, self._settings(), training_state
             )
             return tuple(
-                reader.restore(prefix, manifest.structure, manifest.files, arrived)
+                reader.restore(
+                    prefix,
+                    manifest.structure,
+                    manifest.files,
+                    arrived,
+                    objects=manifest.objects,
+                )
             )
 
         info = restore_latest(
@@ -591,6 +637,11 @@ class CheckpointManager:
         for entry in doomed:
             retention.delete(self.storage, entry, self._fence)
             deleted.append(entry.name)
+        if in_flight is None and (self.process is None or self.process.commits):
+            # After the checkpoints: an object goes once nothing kept
+            # references it, and never while an upload of ours may be
+            # about to (one in flight is unreferenced until it commits).
+            self._collect_objects()
         if deleted:
             self._events.emit(
                 "checkpoint.pruned",
@@ -599,6 +650,23 @@ class CheckpointManager:
                 checkpoints=[n.dirname for n in deleted],
             )
         return deleted
+
+    def _collect_objects(self) -> None:
+        removed, complete = objects.collect(self.storage, self._fence)
+        if removed:
+            self._events.emit(
+                "checkpoint.objects_pruned",
+                f"deleted {len(removed)} shared object(s) no kept checkpoint "
+                f"references: " + ", ".join(removed),
+                objects=removed,
+            )
+        if not complete:
+            self._events.emit(
+                "checkpoint.objects_kept",
+                "kept every shared object: a committed checkpoint's manifest "
+                "could not be read, so what it references is unknown",
+                level="warning",
+            )
 
     def _prune_quietly(self, step: int) -> None:
         # Retention failing costs disk space, not correctness: report it and

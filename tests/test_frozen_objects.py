@@ -1,0 +1,251 @@
+"""Frozen arrays written once per run as shared objects (``frozen="once"``).
+
+A Keras model with a LoRA-enabled ``Dense`` (``layer.enable_lora(rank)``: the
+kernel frozen, two small trainable factors) and a layer set
+``trainable = False``, trained for real with TensorFlow in this process;
+checkpoints through :class:`CheckpointManager` into the GCS emulator and a
+local run directory. The first save writes the frozen arrays under
+``objects/``, later saves only the trained part; a restore reads both; a
+damaged object is stood in for by the arrays ``build_model()`` made, or
+names the object when those differ.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from colab_resume.agent.options import AgentOptions
+from colab_resume.checkpoint import CheckpointManager, NoValidCheckpointError
+from colab_resume.checkpoint.manager import CheckpointConfig
+from colab_resume.events import EventLog
+from colab_resume.protocol.objects import OBJECT_DIR
+from colab_resume.storage import Storage
+
+BASE = 256  # the frozen kernel: 256 x 256 float32, 256 KiB
+
+
+def lora_model(seed: int = 1) -> keras.Model:
+    """Embedding-like frozen input layer, a LoRA Dense, a trained head."""
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential(
+        [
+            keras.Input((BASE,)),
+            keras.layers.Dense(BASE, name="frozen_proj"),
+            keras.layers.Dense(BASE, name="lora"),
+            keras.layers.Dense(1, name="head"),
+        ]
+    )
+    model.get_layer("frozen_proj").trainable = False
+    model.get_layer("lora").enable_lora(2)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    return model
+
+
+def train(model: keras.Model, steps: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((8 * steps, BASE)).astype("float32")
+    model.fit(x, x[:, :1], batch_size=8, epochs=1, verbose=0, shuffle=False)
+
+
+def variables(model: keras.Model) -> list[np.ndarray]:
+    return [np.asarray(v.numpy()) for v in model.variables] + [
+        np.asarray(v.numpy()) for v in model.optimizer.variables
+    ]
+
+
+def manager(storage: Storage, tmp_path, events=None, **options) -> CheckpointManager:
+    return CheckpointManager(
+        storage,
+        lease=1,
+        fence=lambda: None,
+        events=events or EventLog(),
+        staging_dir=str(tmp_path / "staging"),
+        **options,
+    )
+
+
+def own_bytes(storage: Storage, step: int) -> int:
+    prefix = f"checkpoints/step-{step:09d}.e00000001/"
+    return sum(
+        i.size for i in storage.list(prefix) if not i.path.endswith("MANIFEST.json")
+    )
+
+
+def objects_of(storage: Storage) -> dict[str, int]:
+    return {i.path: i.size for i in storage.list(OBJECT_DIR + "/")}
+
+
+FROZEN_BYTES = 2 * BASE * BASE * 4  # frozen_proj's kernel and LoRA's kernel
+FROZEN_BYTES += BASE * 4  # frozen_proj's bias
+
+
+@pytest.fixture(params=["gcs", "local"])
+def storage(request, tmp_path) -> Storage:
+    if request.param == "local":
+        return Storage(str(tmp_path / "run"))
+    return Storage(
+        request.getfixturevalue("gcs_run_dir"), request.getfixturevalue("gcs_options")
+    )
+
+
+def test_later_saves_hold_only_the_trained_part_and_restore_bitwise(storage, tmp_path):
+    model = lora_model()
+    train(model, 2)
+    with manager(storage, tmp_path, keep=5) as saving:
+        saving.save(model, step=2, epoch=0)
+        saving.wait()
+        objects = objects_of(storage)
+        # The frozen arrays, once, content-addressed.
+        assert len(objects) == 1
+        assert FROZEN_BYTES < sum(objects.values()) < FROZEN_BYTES + 4096
+        first = own_bytes(storage, 2)
+        train(model, 2, seed=1)
+        saving.save(model, step=4, epoch=0)
+        saving.wait()
+    assert objects_of(storage) == objects  # nothing uploaded again
+    later = own_bytes(storage, 4)
+    assert later == first  # the trained part only, both times
+    assert later < FROZEN_BYTES / 20
+    manifest = storage.read_json("checkpoints/step-000000004.e00000001/MANIFEST.json")
+    name = next(iter(objects)).split("/")[1]
+    assert [f["name"] for f in manifest["objects"]["files"]] == [name]
+    assert sorted(manifest["objects"]["arrays"]) == [
+        "model/000000",
+        "model/000001",
+        "model/000002",
+    ]
+    expected = variables(model)
+
+    fresh = lora_model(seed=1)
+    train(fresh, 1, seed=9)  # other trained values, the same frozen ones
+    with manager(storage, tmp_path) as reading:
+        info = reading.restore(fresh)
+    assert info is not None and info.step == 4
+    for want, got in zip(expected, variables(fresh), strict=True):
+        assert np.array_equal(want, got)
+
+
+def test_every_mode_writes_every_array_into_every_checkpoint(storage, tmp_path):
+    model = lora_model()
+    train(model, 1)
+    with manager(storage, tmp_path, frozen="every") as saving:
+        saving.save(model, step=1, epoch=0)
+        saving.wait()
+    assert objects_of(storage) == {}
+    assert own_bytes(storage, 1) > FROZEN_BYTES
+
+
+def damage_object(storage: Storage, tmp_path) -> str:
+    """Flip a byte of the one shared object (a local copy, uploaded over it)."""
+    (info,) = storage.list(OBJECT_DIR + "/")
+    local = str(tmp_path / "object")
+    storage.get_file(info.path, local)
+    data = bytearray(open(local, "rb").read())
+    data[-1] ^= 0xFF
+    storage.write_bytes(info.path, bytes(data))
+    return info.path
+
+
+def test_a_damaged_object_is_stood_in_for_by_the_rebuilt_arrays_and_rewritten(
+    storage, tmp_path
+):
+    model = lora_model()
+    train(model, 2)
+    with manager(storage, tmp_path) as saving:
+        saving.save(model, step=2, epoch=0)
+        saving.wait()
+    expected = variables(model)
+    path = damage_object(storage, tmp_path)
+
+    fresh = lora_model(seed=1)  # build_model() makes the same frozen arrays
+    events = EventLog()
+    with manager(storage, tmp_path, events=events) as again:
+        info = again.restore(fresh)
+        assert info is not None and info.step == 2
+        for want, got in zip(expected, variables(fresh), strict=True):
+            assert np.array_equal(want, got)
+        # The next save writes the object anew, whatever the listing says.
+        again.save(fresh, step=3, epoch=0)
+        again.wait()
+    repaired = str(tmp_path / "repaired")
+    storage.get_file(path, repaired)
+    name = os.path.basename(path)
+    import hashlib
+
+    assert (
+        hashlib.sha256(open(repaired, "rb").read()).hexdigest() + (".safetensors")
+        == name
+    )
+
+
+def test_a_damaged_object_and_another_base_fall_back_naming_the_object(
+    storage, tmp_path
+):
+    model = lora_model()
+    train(model, 2)
+    with manager(storage, tmp_path) as saving:
+        saving.save(model, step=2, epoch=0)
+        saving.wait()
+    path = damage_object(storage, tmp_path)
+
+    other = lora_model(seed=2)  # another frozen base
+    with manager(storage, tmp_path) as reading:
+        with pytest.raises(NoValidCheckpointError) as caught:
+            reading.restore(other)
+    message = str(caught.value)
+    assert f"shared object {path}" in message
+    assert "model/000000" in message and "cannot stand in" in message
+
+
+def test_retention_keeps_an_object_while_a_kept_checkpoint_references_it(
+    tmp_path,
+):
+    storage = Storage(str(tmp_path / "run"))
+    first, second = lora_model(seed=1), lora_model(seed=2)
+    for model in (first, second):
+        train(model, 1)
+    events = EventLog()
+    with manager(storage, tmp_path, events=events, keep=2) as saving:
+        saving.save(first, step=1, epoch=0)
+        saving.save(first, step=2, epoch=0)
+        saving.wait()
+        (old,) = objects_of(storage)
+        # Another base (a changed model): its own object.
+        saving.save(second, step=3, epoch=0)
+        saving.wait()
+        assert old in objects_of(storage)  # step 2, kept, references it
+        saving.save(second, step=4, epoch=0)
+        saving.wait()
+    (new,) = objects_of(storage)
+    assert new != old
+    pruned = events.recent(kind="checkpoint.objects_pruned")
+    assert [e.data["objects"] for e in pruned] == [[old]]
+
+
+def test_frozen_option_is_checked_with_the_fix():
+    with pytest.raises(ValueError) as caught:
+        AgentOptions(frozen="onse")
+    assert str(caught.value) == (
+        "frozen must be 'once' (arrays no step changes are written once per run) "
+        "or 'every' (into every checkpoint), got 'onse'. Did you mean 'once'?"
+    )
+    assert AgentOptions().frozen == "once"
+    assert CheckpointConfig(frozen="every").frozen == "every"
+
+
+def test_the_manifest_round_trips_its_objects(storage, tmp_path):
+    from colab_resume.protocol.manifest import Manifest
+
+    model = lora_model()
+    train(model, 1)
+    with manager(storage, tmp_path) as saving:
+        saving.save(model, step=1, epoch=0)
+        saving.wait()
+    raw = storage.read_json("checkpoints/step-000000001.e00000001/MANIFEST.json")
+    parsed = Manifest.from_json(json.loads(json.dumps(raw)))
+    assert parsed.to_json() == raw
