@@ -249,3 +249,71 @@ def test_the_manifest_round_trips_its_objects(storage, tmp_path):
     raw = storage.read_json("checkpoints/step-000000001.e00000001/MANIFEST.json")
     parsed = Manifest.from_json(json.loads(json.dumps(raw)))
     assert parsed.to_json() == raw
+
+
+def committed_references(storage: Storage) -> dict[str, list[str]]:
+    """Committed checkpoint -> the objects its manifest references."""
+    from colab_resume.checkpoint.fetch import read_manifest
+    from colab_resume.protocol.listing import RunListing
+
+    found = {}
+    for entry in RunListing.read(storage).committed:
+        manifest = read_manifest(storage, entry)
+        shared = manifest.objects.files if manifest.objects else ()
+        found[entry.name.dirname] = [f"{OBJECT_DIR}/{f.name}" for f in shared]
+    return found
+
+
+def test_prune_killed_before_any_of_its_deletions_never_loses_a_kept_object(
+    tmp_path,
+):
+    """A real SIGKILL of ``prune`` before each of its deletions in turn."""
+    import shutil
+
+    from support import run_worker, worker
+
+    from colab_resume.checkpoint import objects
+    from colab_resume.protocol.listing import RunListing
+
+    pristine = str(tmp_path / "pristine")
+    storage = Storage(pristine)
+    first, second = lora_model(seed=1), lora_model(seed=2)
+    for model in (first, second):
+        train(model, 1)
+    with manager(storage, tmp_path, keep=10) as saving:
+        for step, model in ((1, first), (2, first), (3, second), (4, second)):
+            saving.save(model, step=step, epoch=0)
+        saving.wait()
+    expected = variables(second)
+    refs = committed_references(storage)
+    (old,) = refs["step-000000001.e00000001"]
+    (new,) = refs["step-000000004.e00000001"]
+    assert old != new and set(objects_of(storage)) == {old, new}
+    # Three checkpoint directories of two files each, then the old object.
+    deletions = 7
+    for hang_at in range(deletions + 1):
+        run_dir = str(tmp_path / f"run-{hang_at}")
+        shutil.copytree(pristine, run_dir)
+        copy = Storage(run_dir)
+        with worker(
+            "killed_pruner", run_dir, "--keep", "1", "--hang-at", str(hang_at)
+        ) as pruning:
+            if hang_at < deletions:
+                pruning.expect("HANGING BEFORE", timeout=120)
+                pruning.kill()
+            else:
+                assert pruning.expect("PRUNED", timeout=120) == "PRUNED 4 7"
+        # Whatever was deleted, every committed checkpoint's objects are there.
+        for checkpoint, paths in committed_references(copy).items():
+            for path in paths:
+                assert path in objects_of(copy), (hang_at, checkpoint, path)
+        # The next prune finishes the job: only what step 4 references stays.
+        run_worker("killed_pruner", run_dir, "--keep", "1", "--hang-at", "99")
+        assert set(objects_of(copy)) == {new}
+        assert objects.unreferenced(copy, RunListing.read(copy)) == []
+        assert list(committed_references(copy)) == ["step-000000004.e00000001"]
+    fresh = lora_model(seed=2)
+    with manager(Storage(str(tmp_path / "run-0")), tmp_path) as reading:
+        assert reading.restore(fresh).step == 4
+    for want, got in zip(expected, variables(fresh), strict=True):
+        assert np.array_equal(want, got)
