@@ -317,3 +317,42 @@ def test_prune_killed_before_any_of_its_deletions_never_loses_a_kept_object(
         assert reading.restore(fresh).step == 4
     for want, got in zip(expected, variables(fresh), strict=True):
         assert np.array_equal(want, got)
+
+
+def test_verify_reads_every_object_and_names_a_damaged_shared_one(
+    storage, tmp_path, request
+):
+    from support import run_cli
+
+    model = lora_model()
+    train(model, 1)
+    with manager(storage, tmp_path) as saving:
+        saving.save(model, step=1, epoch=0)
+        saving.save(model, step=2, epoch=0)
+        saving.wait()
+    args = ["verify", storage.url]
+    if "gcs" in request.node.callspec.id:
+        gcs = request.getfixturevalue("gcs_options")
+        args += ["--endpoint-url", gcs["endpoint_url"], "--token", "anon"]
+    intact = run_cli(*args)
+    assert intact.returncode == 0, intact
+    lines = intact.stdout.splitlines()
+    assert lines[0] == "checkpoints/step-000000002.e00000001"
+    (shared,) = objects_of(storage)
+    assert any(
+        line.startswith(f"  ok      {shared}: ") and "3 arrays matching" in line
+        for line in lines
+    ), lines
+    assert "  ok      tensors: all " in intact.stdout
+    assert lines[-1] == "intact: checkpoints/step-000000002.e00000001"
+
+    damage_object(storage, tmp_path)
+    damaged = run_cli(*args, "--step", "1")
+    assert damaged.returncode == 1, damaged
+    assert f"  DAMAGED {shared}: " in damaged.stdout
+    assert damaged.stdout.splitlines()[-1] == (
+        "damaged: checkpoints/step-000000001.e00000001 cannot be restored as it is"
+    )
+    none = run_cli(*args, "--step", "7")
+    assert none.returncode == 3
+    assert none.stdout.startswith("no committed checkpoint of step 7 in ")
