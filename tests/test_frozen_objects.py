@@ -84,19 +84,21 @@ FROZEN_BYTES = 2 * BASE * BASE * 4  # frozen_proj's kernel and LoRA's kernel
 FROZEN_BYTES += BASE * 4  # frozen_proj's bias
 
 
-@pytest.fixture(params=["gcs", "local"])
+@pytest.fixture(params=["gcs", "drive", "local"])
 def storage(request, tmp_path) -> Storage:
     if request.param == "local":
         return Storage(str(tmp_path / "run"))
     return Storage(
-        request.getfixturevalue("gcs_run_dir"), request.getfixturevalue("gcs_options")
+        request.getfixturevalue(f"{request.param}_run_dir"),
+        request.getfixturevalue(f"{request.param}_options"),
     )
 
 
 def test_later_saves_hold_only_the_trained_part_and_restore_bitwise(storage, tmp_path):
     model = lora_model()
     train(model, 2)
-    with manager(storage, tmp_path, keep=5) as saving:
+    events = EventLog()
+    with manager(storage, tmp_path, events=events, keep=5) as saving:
         saving.save(model, step=2, epoch=0)
         saving.wait()
         objects = objects_of(storage)
@@ -108,6 +110,15 @@ def test_later_saves_hold_only_the_trained_part_and_restore_bitwise(storage, tmp
         saving.save(model, step=4, epoch=0)
         saving.wait()
     assert objects_of(storage) == objects  # nothing uploaded again
+    first_commit, later_commit = events.recent(kind="checkpoint.committed")
+    assert "frozen='once': 0.5 MB of frozen arrays in shared objects, 0.5 MB " in (
+        first_commit.message
+    )
+    assert later_commit.message.endswith(
+        "frozen='once': 0.5 MB of frozen arrays in shared objects, already stored, "
+        "not uploaded)"
+    )
+    assert later_commit.data["uploaded_bytes"] == later_commit.data["bytes"]
     later = own_bytes(storage, 4)
     assert later == first  # the trained part only, both times
     assert later < FROZEN_BYTES / 20
@@ -331,9 +342,10 @@ def test_verify_reads_every_object_and_names_a_damaged_shared_one(
         saving.save(model, step=2, epoch=0)
         saving.wait()
     args = ["verify", storage.url]
-    if "gcs" in request.node.callspec.id:
-        gcs = request.getfixturevalue("gcs_options")
-        args += ["--endpoint-url", gcs["endpoint_url"], "--token", "anon"]
+    kind = request.node.callspec.params["storage"]
+    if kind != "local":
+        options = request.getfixturevalue(f"{kind}_options")
+        args += ["--endpoint-url", options["endpoint_url"], "--token", options["token"]]
     intact = run_cli(*args)
     assert intact.returncode == 0, intact
     lines = intact.stdout.splitlines()
@@ -356,3 +368,41 @@ def test_verify_reads_every_object_and_names_a_damaged_shared_one(
     none = run_cli(*args, "--step", "7")
     assert none.returncode == 3
     assert none.stdout.startswith("no committed checkpoint of step 7 in ")
+
+
+def test_repair_of_a_drive_index_keeps_the_shared_objects(
+    drive_run_dir, drive_options, tmp_path
+):
+    """The index deleted by hand, rebuilt by ``repair``: the objects stay the run's."""
+    from support import run_cli
+
+    from colab_resume.storage.drive import DriveStore
+    from colab_resume.storage.store import split_url
+
+    storage = Storage(drive_run_dir, drive_options)
+    model = lora_model()
+    train(model, 1)
+    with manager(storage, tmp_path) as saving:
+        saving.save(model, step=1, epoch=0)
+        saving.save(model, step=2, epoch=0)
+        saving.wait()
+    (shared,) = objects_of(storage)
+    protocol, root = split_url(drive_run_dir)
+    store = DriveStore(drive_run_dir, protocol, root, dict(drive_options))
+    store._run_folder(create=True, timeout=10)
+    assert store.folder.index_id is not None
+    store.api.delete(store.folder.index_id, timeout=10)
+
+    flags = ["--endpoint-url", drive_options["endpoint_url"]]
+    flags += ["--token", drive_options["token"]]
+    repaired = run_cli("repair", drive_run_dir, *flags)
+    assert repaired.returncode == 0, repaired
+    assert list(objects_of(Storage(drive_run_dir, drive_options))) == [shared]
+    verified = run_cli("verify", drive_run_dir, *flags)
+    assert verified.returncode == 0, verified
+    expected = variables(model)
+    fresh = lora_model(seed=1)
+    with manager(Storage(drive_run_dir, drive_options), tmp_path) as reading:
+        assert reading.restore(fresh).step == 2
+    for want, got in zip(expected, variables(fresh), strict=True):
+        assert np.array_equal(want, got)

@@ -409,11 +409,12 @@ class CheckpointManager:
         uploads = [(os.path.join(staging, f), f"{name.path}/{f}") for f in files]
         if shared is not None:
             uploads += objects.to_upload(self.storage, new_objects)
+        upload_bytes = sum(os.path.getsize(local) for local, _ in uploads)
         progress = TransferProgress(
             self._events,
             kind="checkpoint.upload.progress",
             what=f"upload of {name.dirname}",
-            total_bytes=sum(os.path.getsize(local) for local, _ in uploads),
+            total_bytes=upload_bytes,
             step=name.step,
             quiet_seconds=self.config.progress_seconds,
         )
@@ -424,7 +425,7 @@ class CheckpointManager:
             workers=self.config.workers,
             # The files' size, not the state's nbytes: what is uploaded, in
             # either format (TensorFlow's nbytes cannot size every trackable).
-            memory_bytes=staging_bytes(manifest.total_bytes),
+            memory_bytes=staging_bytes(upload_bytes),
         )
         if self.process is not None:
             write_marker(self.storage, name, self.process, entries)
@@ -450,14 +451,18 @@ class CheckpointManager:
             self.last_committed = name
             self.last_committed_bytes = manifest.total_bytes
         shutil.rmtree(staging, ignore_errors=True)
+        shared_bytes = shared.total_bytes if shared is not None else 0
         self._events.emit(
             "checkpoint.committed",
             f"committed {name.dirname} ({manifest.total_bytes / 1e6:.1f} MB in "
-            f"{seconds:.1f}s)",
+            f"{seconds:.1f}s{_shared_note(shared_bytes, upload_bytes, manifest)})",
             step=name.step,
             checkpoint=name.dirname,
             bytes=manifest.total_bytes,
             seconds=seconds,
+            uploaded_bytes=upload_bytes,
+            shared_bytes=shared_bytes,
+            frozen=self.config.frozen,
         )
         self._prune_quietly(name.step)
         training_state.committed()
@@ -683,6 +688,22 @@ class CheckpointManager:
                 level="warning",
                 step=step,
             )
+
+
+def _shared_note(shared_bytes: int, upload_bytes: int, manifest: Manifest) -> str:
+    """What a commit message adds about the frozen arrays (frozen="once")."""
+    if not shared_bytes:
+        return ""
+    fresh = upload_bytes - manifest.total_bytes
+    how = (
+        f"{fresh / 1e6:.1f} MB uploaded now"
+        if fresh > 0
+        else "already stored, not uploaded"
+    )
+    return (
+        f"; frozen='once': {shared_bytes / 1e6:.1f} MB of frozen arrays in shared "
+        f"objects, {how}"
+    )
 
 
 def _jsonable(field: str, value: dict[str, Any] | None) -> dict[str, Any]:
