@@ -13,6 +13,7 @@ from colab_resume.agent.progress import Progress
 from colab_resume.backend.current import choose_jax_where_tensorflow_is_absent
 from colab_resume.backend.jax_distributed import process_rows
 from colab_resume.checkpoint.errors import (
+    FrozenArraysChangedError,
     NoValidCheckpointError,
     StructureMismatchError,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "Event",
     "EventLog",
     "FencedError",
+    "FrozenArraysChangedError",
     "NoRunDirError",
     "NoValidCheckpointError",
     "NonDeterministicDatasetError",

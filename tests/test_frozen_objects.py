@@ -19,8 +19,13 @@ import keras
 import numpy as np
 import pytest
 
+import colab_resume as cr
 from colab_resume.agent.options import AgentOptions
-from colab_resume.checkpoint import CheckpointManager, NoValidCheckpointError
+from colab_resume.checkpoint import (
+    CheckpointManager,
+    FrozenArraysChangedError,
+    NoValidCheckpointError,
+)
 from colab_resume.checkpoint.manager import CheckpointConfig
 from colab_resume.events import EventLog
 from colab_resume.protocol.objects import OBJECT_DIR
@@ -242,7 +247,8 @@ def test_frozen_option_is_checked_with_the_fix():
     with pytest.raises(ValueError) as caught:
         AgentOptions(frozen="onse")
     assert str(caught.value) == (
-        "frozen must be 'once' (arrays no step changes are written once per run) "
+        "frozen must be 'once' (arrays no step changes are written once per run), "
+        "'rebuild' (not written; build_model() makes them, checked by fingerprint) "
         "or 'every' (into every checkpoint), got 'onse'. Did you mean 'once'?"
     )
     assert AgentOptions().frozen == "once"
@@ -406,3 +412,46 @@ def test_repair_of_a_drive_index_keeps_the_shared_objects(
         assert reading.restore(fresh).step == 2
     for want, got in zip(expected, variables(fresh), strict=True):
         assert np.array_equal(want, got)
+
+
+def test_rebuild_writes_no_frozen_array_and_refuses_another_base_by_name(
+    storage, tmp_path
+):
+    model = lora_model()
+    train(model, 2)
+    events = EventLog()
+    with manager(storage, tmp_path, events=events, frozen="rebuild") as saving:
+        saving.save(model, step=2, epoch=0)
+        train(model, 1, seed=3)
+        saving.save(model, step=3, epoch=0)
+        saving.wait()
+    assert objects_of(storage) == {}
+    assert own_bytes(storage, 2) == own_bytes(storage, 3) < FROZEN_BYTES / 20
+    manifest = storage.read_json("checkpoints/step-000000003.e00000001/MANIFEST.json")
+    assert manifest["objects"]["files"] == []
+    assert sorted(manifest["objects"]["rebuilt"]) == [
+        "model/000000",
+        "model/000001",
+        "model/000002",
+    ]
+    assert "frozen='rebuild': 3 frozen arrays not written" in (
+        events.recent(kind="checkpoint.committed")[-1].message
+    )
+    expected = variables(model)
+
+    same = lora_model(seed=1)  # build_model() makes the same base
+    with manager(storage, tmp_path, frozen="rebuild") as reading:
+        assert reading.restore(same).step == 3
+    for want, got in zip(expected, variables(same), strict=True):
+        assert np.array_equal(want, got)
+
+    other = lora_model(seed=2)  # another preset version, another seed
+    with manager(storage, tmp_path, frozen="rebuild") as reading:
+        with pytest.raises(FrozenArraysChangedError) as caught:
+            reading.restore(other)
+    # The kernels differ; the frozen bias is zeros under either seed.
+    assert caught.value.differ == ["model/000000", "model/000002"]
+    message = str(caught.value)
+    assert "model/000000 (sequential" in message and "frozen_proj/kernel" in message
+    assert "Make build_model() load the same base" in message
+    assert isinstance(caught.value, cr.ColabResumeError)

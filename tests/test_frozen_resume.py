@@ -88,3 +88,23 @@ def test_every_killed_mid_epoch_resumes_bitwise_saving_the_base_each_time(
     assert storage.list(OBJECT_DIR + "/") == []
     for directory, size in checkpoint_bytes(storage).items():
         assert size > FROZEN_BYTES, (directory, size)
+
+
+def test_rebuild_killed_mid_epoch_resumes_bitwise_and_refuses_another_base(
+    reference, tmp_path
+):
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "w.npz")
+    train(run_dir, out, "--frozen", "rebuild", "--kill-at-step", "13", rc=-9)
+    storage = Storage(run_dir)
+    committed = storage.list("checkpoints/")
+    # Another base: refused by name before any training, nothing written.
+    refused = train(run_dir, out, "--frozen", "rebuild", "--base-seed", "12", rc=1)
+    assert "FrozenArraysChangedError" in refused.stderr, refused.stderr[-3000:]
+    assert "model/000000" in refused.stderr
+    assert "Make build_model() load the same base" in refused.stderr
+    assert storage.list("checkpoints/") == committed
+    train(run_dir, out, "--frozen", "rebuild")
+    assert_bitwise_equal(reference, out, must_contain=["seed_generator"])
+    assert storage.list(OBJECT_DIR + "/") == []
+    sizes = checkpoint_bytes(storage)
+    assert sizes and all(size < FROZEN_BYTES / 10 for size in sizes.values()), sizes

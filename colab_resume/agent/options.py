@@ -106,8 +106,11 @@ class AgentOptions:
             (a LoRA's frozen base, layers with ``trainable = False``) are
             written by the first save as shared objects of the run
             directory and referenced by later checkpoints, so a later save
-            copies and uploads only what trains; ``"every"``: every array
-            in every checkpoint (docs/guide/training.md).
+            copies and uploads only what trains; ``"rebuild"``: not written
+            at all, their SHA-256 recorded, and a resume refuses
+            (``FrozenArraysChangedError``) unless ``build_model()`` makes
+            the same ones; ``"every"``: every array in every checkpoint
+            (docs/guide/training.md).
         heartbeat_seconds (float): interval between heartbeats (10: a rerun on a
             new VM waits at most 40 s after a silent death).
         dead_after_seconds (float | None): silence after which a holder is dead

@@ -65,7 +65,7 @@ WAITING_REPORT_SECONDS = 1.0
 STAGING_SHARE = 16
 MIN_STAGING_BYTES = 8 << 20
 FROZEN_ONCE = "once"
-FROZEN_MODES = (FROZEN_ONCE, "every")
+FROZEN_MODES = (FROZEN_ONCE, "every", "rebuild")
 
 
 def staging_bytes(state_bytes: int) -> int:
@@ -104,9 +104,12 @@ class CheckpointConfig:
         frozen: ``"once"``: arrays no training step changes (a LoRA's
             frozen base, frozen layers) are written by the first save that
             needs them as shared objects of the run directory, and only
-            referenced by later checkpoints; ``"every"``: every array into
-            every checkpoint. The portable format only: TensorFlow's own
-            writes every array every time.
+            referenced by later checkpoints; ``"rebuild"``: they are not
+            written at all, each checkpoint records their SHA-256 and a
+            restore checks that ``build_model()`` made the same ones
+            (``FrozenArraysChangedError`` if not); ``"every"``: every
+            array into every checkpoint. The portable format only:
+            TensorFlow's own writes every array every time.
     """
 
     keep: int = defaults.KEEP
@@ -148,8 +151,10 @@ class CheckpointConfig:
             close = difflib.get_close_matches(str(self.frozen), FROZEN_MODES, n=1)
             raise ValueError(
                 f"frozen must be 'once' (arrays no step changes are written once "
-                f"per run) or 'every' (into every checkpoint), got "
-                f"{self.frozen!r}." + (f" Did you mean {close[0]!r}?" if close else "")
+                f"per run), 'rebuild' (not written; build_model() makes them, "
+                f"checked by fingerprint) or 'every' (into every checkpoint), "
+                f"got {self.frozen!r}."
+                + (f" Did you mean {close[0]!r}?" if close else "")
             )
         if (
             not isinstance(self.progress_seconds, (int, float))
@@ -433,7 +438,7 @@ class CheckpointManager:
             manifest = dataclasses.replace(
                 manifest, processes=self.process.count, markers=markers
             )
-        if shared is not None:
+        if shared is not None and shared.files:
             try:
                 # A commit never references an object the run directory
                 # does not list as it was written.
@@ -452,10 +457,16 @@ class CheckpointManager:
             self.last_committed_bytes = manifest.total_bytes
         shutil.rmtree(staging, ignore_errors=True)
         shared_bytes = shared.total_bytes if shared is not None else 0
+        note = _shared_note(shared_bytes, upload_bytes, manifest)
+        if shared is not None and shared.rebuilt:
+            note = (
+                f"; frozen='rebuild': {len(shared.rebuilt)} frozen arrays not "
+                f"written, their SHA-256 recorded"
+            )
         self._events.emit(
             "checkpoint.committed",
             f"committed {name.dirname} ({manifest.total_bytes / 1e6:.1f} MB in "
-            f"{seconds:.1f}s{_shared_note(shared_bytes, upload_bytes, manifest)})",
+            f"{seconds:.1f}s{note})",
             step=name.step,
             checkpoint=name.dirname,
             bytes=manifest.total_bytes,

@@ -8,8 +8,10 @@ streams in. The portable format's files are then read (header and every
 offset checked, the CRC32C again over the bytes read): every variable the
 manifest's structure lists must be in exactly one of them, with its shape
 and dtype, and every array of a shared object must have the SHA-256 the
-manifest records. TensorFlow's own format is checked as files only (its
-reader is TensorFlow).
+manifest records. Arrays a ``frozen="rebuild"`` checkpoint stores nowhere
+are only counted: their check needs the model (it is the restore's).
+TensorFlow's own format is checked as files only (its reader is
+TensorFlow).
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ def _tensors(manifest: Manifest, arrays: dict[str, tuple[str, object]]) -> Findi
     """Every variable of the structure in one file, shape and dtype as listed."""
     problems = []
     expected = set()
+    rebuilt = manifest.objects.rebuilt if manifest.objects is not None else {}
     for group, variables in manifest.structure.items():
         if not isinstance(variables, list):
             continue
@@ -161,6 +164,8 @@ def _tensors(manifest: Manifest, arrays: dict[str, tuple[str, object]]) -> Findi
             name = tensor_name(group, index)
             expected.add(name)
             found = arrays.get(name)
+            if found is None and name in rebuilt:
+                continue  # frozen="rebuild": stored nowhere, by design
             if found is None:
                 problems.append(f"{name} is in no file")
                 continue
@@ -177,10 +182,17 @@ def _tensors(manifest: Manifest, arrays: dict[str, tuple[str, object]]) -> Findi
         problems.append(f"tensors the structure does not list: {strays[:5]}")
     if problems:
         return Finding("tensors", False, "; ".join(problems[:10]))
+    note = (
+        f"; {len(rebuilt)} stored nowhere (frozen='rebuild': build_model() "
+        f"makes them, checked against their SHA-256 at restore)"
+        if rebuilt
+        else ""
+    )
     return Finding(
         "tensors",
         True,
-        f"all {len(expected)} variables of the structure, shape and dtype as listed",
+        f"all {len(expected)} variables of the structure, shape and dtype as "
+        f"listed{note}",
     )
 
 

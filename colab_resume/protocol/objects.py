@@ -17,7 +17,10 @@ and referenced by every later checkpoint's manifest (its top-level
 Every array an object holds is listed with the object that holds it and
 the SHA-256 of its dtype, shape and bytes (:func:`array_digest`), so a
 damaged object can be stood in for by the same arrays rebuilt by
-``build_model()``. Pure: what the records hold and how to parse them.
+``build_model()``. With ``frozen="rebuild"`` the frozen arrays are stored
+nowhere: ``"rebuilt": {"model/000003": "<array sha256>", ...}`` records
+their fingerprint, which the arrays ``build_model()`` makes must match at
+restore. Pure: what the records hold and how to parse them.
 """
 
 from __future__ import annotations
@@ -63,13 +66,27 @@ class SharedObjects:
     Attributes:
         files: each object, with its size and CRC32C (GCS style).
         arrays: tensor name (``model/000003``) -> ``(object name, array
-            SHA-256)`` for every tensor not in the checkpoint's own files.
+            SHA-256)`` for every tensor an object holds.
+        rebuilt: tensor name -> array SHA-256 of every tensor stored
+            nowhere (``frozen="rebuild"``): ``build_model()`` makes it.
     """
 
     files: tuple[FileEntry, ...]
     arrays: dict[str, tuple[str, str]]
+    rebuilt: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for tensor, digest in self.rebuilt.items():
+            if not (isinstance(digest, str) and _DIGEST_RE.fullmatch(digest)):
+                raise ValueError(
+                    f"Manifest.objects.rebuilt[{tensor!r}] must be a SHA-256 in "
+                    f"hex, got {digest!r}."
+                )
+        both = sorted(set(self.rebuilt) & set(self.arrays))
+        if both:
+            raise ValueError(
+                f"Manifest.objects lists tensors both stored and rebuilt: {both[:5]}."
+            )
         names = [f.name for f in self.files]
         bad = [n for n in names if not is_object_name(n)]
         if bad or len(set(names)) != len(names):
@@ -97,6 +114,10 @@ class SharedObjects:
                 f"{sorted(unused)}."
             )
 
+    def digests(self) -> dict[str, str]:
+        """Tensor name -> array SHA-256 of every tensor it lists."""
+        return {**{t: d for t, (_, d) in self.arrays.items()}, **self.rebuilt}
+
     def holds(self, name: str) -> dict[str, str]:
         """Tensor name -> array SHA-256 of what object ``name`` holds."""
         return {t: d for t, (o, d) in self.arrays.items() if o == name}
@@ -106,10 +127,13 @@ class SharedObjects:
         return sum(f.size for f in self.files)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        value: dict[str, Any] = {
             "files": [dataclasses.asdict(f) for f in self.files],
             "arrays": {t: list(where) for t, where in sorted(self.arrays.items())},
         }
+        if self.rebuilt:
+            value["rebuilt"] = dict(sorted(self.rebuilt.items()))
+        return value
 
     @classmethod
     def from_json(cls, value: Any) -> SharedObjects:
@@ -132,4 +156,5 @@ class SharedObjects:
                 t: tuple(w) if isinstance(w, list) else w
                 for t, w in value["arrays"].items()
             },
+            rebuilt=dict(value.get("rebuilt", {})),
         )

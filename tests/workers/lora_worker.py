@@ -1,7 +1,8 @@
 """A LoRA fine-tune trained by the agent, for tests that kill it for real.
 
     PYTHONPATH=tests python tests/workers/lora_worker.py RUN_DIR OUT.npz
-        [--endpoint URL] [--frozen once|every] [--kill-at-step N]
+        [--endpoint URL] [--frozen once|every|rebuild] [--kill-at-step N]
+        [--base-seed S]
 
 The model is what a fine-tune looks like: a frozen base (a ``Dense`` with
 ``trainable = False``, a LoRA-enabled ``Dense`` whose kernel
@@ -9,7 +10,8 @@ The model is what a fine-tune looks like: a frozen base (a ``Dense`` with
 head, Adam; ``Agent.fit`` on NumPy batches, so it runs on either Keras
 backend (op determinism on TensorFlow). OUT.npz gets every model and
 optimizer variable, to compare runs bitwise. ``--kill-at-step`` SIGKILLs
-the process right after that step.
+the process right after that step; ``--base-seed`` initialises the frozen
+base otherwise (another preset version, as far as a resume can tell).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def main() -> int:
     parser.add_argument("--endpoint")
     parser.add_argument("--frozen", default="once")
     parser.add_argument("--kill-at-step", type=int)
+    parser.add_argument("--base-seed", type=int, default=11)
     args = parser.parse_args()
 
     import keras
@@ -62,7 +65,7 @@ def main() -> int:
 
     def build_model() -> keras.Model:
         # The same frozen base at every build, as a preset's weights are.
-        keras.utils.set_random_seed(11)
+        keras.utils.set_random_seed(args.base_seed)
         model = keras.Sequential(
             [
                 keras.Input((WIDTH,)),

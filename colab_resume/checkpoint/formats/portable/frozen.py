@@ -41,7 +41,8 @@ from colab_resume.protocol.objects import SharedObjects, array_digest
 
 ONCE = "once"
 EVERY = "every"
-MODES = (ONCE, EVERY)
+REBUILD = "rebuild"
+MODES = (ONCE, EVERY, REBUILD)
 
 
 def frozen_tensors(state: StateLike, groups: dict[str, list[Any]]) -> list[str]:
@@ -138,6 +139,13 @@ def write_objects(
         held.update((names[i], (object_name, digests[names[i]])) for i in run)
     shared = SharedObjects(files=tuple(f.entry for f in files), arrays=held)
     return shared, files
+
+
+def fingerprint(arrays: dict[str, Any]) -> SharedObjects:
+    """What a checkpoint records of frozen ``arrays`` it does not store
+    (``frozen="rebuild"``): each one's SHA-256; the arrays are dropped."""
+    digests = {name: array_digest(arrays.pop(name)) for name in list(arrays)}
+    return SharedObjects(files=(), arrays={}, rebuilt=digests)
 
 
 def _sha256_file(path: str) -> str:

@@ -28,6 +28,7 @@ from colab_resume import backend
 from colab_resume.checkpoint.errors import (
     DamagedCheckpointError,
     DamagedObjectError,
+    FrozenArraysChangedError,
     StructureMismatchError,
 )
 from colab_resume.checkpoint.formats.base import ObjectFile
@@ -38,7 +39,8 @@ from colab_resume.checkpoint.formats.portable.dtypes import (
 )
 from colab_resume.checkpoint.formats.portable.frozen import (
     EVERY,
-    ONCE,
+    REBUILD,
+    fingerprint,
     frozen_tensors,
     write_objects,
 )
@@ -177,8 +179,10 @@ class ArrayState:
             :meth:`sync` (the upload thread); else :meth:`write` does it.
         frozen: ``"once"``: the arrays no training step changes
             (:mod:`.frozen`) go to shared objects, written by the first
-            save and then only referenced; ``"every"``: into every
-            checkpoint's own files.
+            save and then only referenced; ``"rebuild"``: they are stored
+            nowhere, each checkpoint records their SHA-256, and a restore
+            checks that ``build_model()`` made them again; ``"every"``:
+            into every checkpoint's own files.
 
     Attributes:
         shared: the shared objects holding this state's frozen arrays that
@@ -223,7 +227,7 @@ class ArrayState:
             for group, variables in self._groups.items()
         }
         self._frozen = (
-            frozen_tensors(self.source, self._groups) if self.frozen == ONCE else []
+            [] if self.frozen == EVERY else frozen_tensors(self.source, self._groups)
         )
 
     def outdated(self) -> bool:
@@ -276,7 +280,7 @@ class ArrayState:
     def _stored(self) -> bool:
         """Whether the run directory holds exactly this state's frozen arrays."""
         return bool(self._frozen) and (
-            self.shared is not None and set(self.shared.arrays) == set(self._frozen)
+            self.shared is not None and set(self.shared.digests()) == set(self._frozen)
         )
 
     def _to_copy(self) -> dict[str, Any]:
@@ -344,6 +348,9 @@ class ArrayState:
             self.written = write_shards(prefix, arrays, self.shard_bytes)
             if frozen:
                 host = {name: _to_host(frozen.pop(name)) for name in list(frozen)}
+                if self.frozen == REBUILD:
+                    self._pending_shared = fingerprint(host)
+                    return
                 directory = os.path.join(os.path.dirname(prefix), OBJECT_DIR)
                 self._pending_shared, self._pending_objects = write_objects(
                     directory, host, self.shard_bytes, rewrite=self._rewrite
@@ -414,12 +421,19 @@ class ArrayState:
             metrics_pending=metrics_pending(self.source),
         )
         listed = sum(len(v) for v in saved.values() if isinstance(v, list))
+        if objects is not None and objects.rebuilt:
+            self._check_rebuilt(objects.rebuilt)
         arrays, stood_in = self._read_objects(prefix, objects, listed, arrived)
         arrays.update(read_shards(prefix, files=files, tensors=listed, arrived=arrived))
         if arrived is not None:
             for entry in files or ():  # the other files verify too, first
                 arrived(entry.name)
-        live = {t for name in stood_in for t in objects.holds(name)} if objects else ()
+        # Arrays the live state already holds: rebuilt ones (checked above)
+        # and those of a damaged object the live arrays stood in for.
+        live: set[str] = set()
+        if objects is not None:
+            live.update(objects.rebuilt)
+            live.update(t for name in stood_in for t in objects.holds(name))
         assignments = []
         for group, variables in self._groups.items():
             if group in skipped:
@@ -506,17 +520,48 @@ class ArrayState:
             ) from None
         self._rewrite.add(name)
 
+    def _check_rebuilt(self, rebuilt: dict[str, str]) -> None:
+        """Check the live frozen arrays against a checkpoint's fingerprint.
+
+        Raises:
+            FrozenArraysChangedError: some differ, naming them and the fix.
+        """
+        import numpy as np
+
+        live = self._named()
+        differ = [
+            tensor
+            for tensor, digest in sorted(rebuilt.items())
+            if tensor not in live
+            or array_digest(np.asarray(_to_host(_snapshot(live[tensor])))) != digest
+        ]
+        if differ:
+            described = ", ".join(
+                f"{name} ({live[name].path})" if name in live else name
+                for name in differ[:8]
+            )
+            raise FrozenArraysChangedError(
+                f"the checkpoint was trained with frozen='rebuild' on frozen arrays "
+                f"build_model() no longer makes: {len(differ)} of {len(rebuilt)} "
+                f"differ ({described}). It stores no copy of them, so training "
+                f"cannot continue exactly. Make build_model() load the same base "
+                f"(the same preset version and seed), or start a new run_dir; "
+                f"frozen='once' stores the base with the run.",
+                differ,
+            )
+
     def _adopt(self, objects: SharedObjects | None, stood_in: list[str]) -> None:
-        """After a restore: which frozen arrays the run directory holds."""
-        if (
-            self.frozen == ONCE
-            and objects is not None
-            and not stood_in
-            and set(objects.arrays) == set(self._frozen)
-        ):
+        """After a restore: what the run directory holds of the frozen arrays
+        (or, with ``"rebuild"``, their fingerprint, checked just now)."""
+        self.shared = None
+        if objects is None or stood_in or not self._frozen:
+            return
+        if set(objects.digests()) != set(self._frozen):
+            return
+        if self.frozen == REBUILD:
+            self.shared = SharedObjects(files=(), arrays={}, rebuilt=objects.digests())
+        elif not objects.rebuilt:
             self.shared = objects
-        else:
-            self.shared = None
 
 
 def _as_listed(name: str, value: Any, listed: list[Any]) -> Any:
