@@ -37,6 +37,7 @@ from throttle import Throttle  # noqa: E402
 
 from colab_resume.checkpoint import transfer  # noqa: E402
 from colab_resume.checkpoint.fetch import ShardFetch  # noqa: E402
+from colab_resume.checkpoint.manager import staging_bytes  # noqa: E402
 from colab_resume.events import EventLog  # noqa: E402
 from colab_resume.protocol.listing import RunListing  # noqa: E402
 from colab_resume.protocol.manifest import FileEntry, Manifest, crc32c_file  # noqa: E402
@@ -57,10 +58,9 @@ def make_files(directory: str, count: int, size: int) -> list[str]:
 def upload(storage: Storage, paths: list[str], name: CheckpointName, workers: int):
     pairs = [(p, f"{name.path}/{os.path.basename(p)}") for p in paths]
     started = time.perf_counter()
-    # memory_bytes as a save sizes it for a state this big: enough for
-    # every worker to send its file in pieces.
+    # The memory a save gives its uploads (checkpoint/manager.py).
     total = sum(os.path.getsize(p) for p in paths)
-    transfer.upload(storage, pairs, workers=workers, memory_bytes=max(total, 64 << 20))
+    transfer.upload(storage, pairs, workers=workers, memory_bytes=staging_bytes(total))
     return time.perf_counter() - started
 
 

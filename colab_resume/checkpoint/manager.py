@@ -223,6 +223,7 @@ class CheckpointManager:
         self._lock = threading.Lock()
         self._in_flight: CheckpointName | None = None
         self._cleared_leftovers = False  # see _upload_and_commit
+        self._collected = False  # see prune
         self.last_saved: CheckpointName | None = None
         self.last_committed: CheckpointName | None = None
         self.last_committed_bytes: int | None = None  # its files' size
@@ -653,11 +654,18 @@ class CheckpointManager:
         for entry in doomed:
             retention.delete(self.storage, entry, self._fence)
             deleted.append(entry.name)
-        if in_flight is None and (self.process is None or self.process.commits):
+        if (
+            in_flight is None
+            and (deleted or not self._collected)
+            and (self.process is None or self.process.commits)
+        ):
             # After the checkpoints: an object goes once nothing kept
             # references it, and never while an upload of ours may be
             # about to (one in flight is unreferenced until it commits).
+            # Only a deletion makes one unreferenced, or a session that
+            # died before its first commit: checked once per session.
             self._collect_objects()
+            self._collected = True
         if deleted:
             self._events.emit(
                 "checkpoint.pruned",

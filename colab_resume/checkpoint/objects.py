@@ -147,6 +147,8 @@ def collect(
     Returns:
         The object paths deleted, and whether every manifest could be read.
     """
+    if not listed(storage):
+        return [], True  # the common case: a run with no shared objects
     doomed = unreferenced(storage, RunListing.read(storage))
     if doomed is None:
         return [], False
