@@ -162,8 +162,12 @@ def main() -> int:
         f"of {args.repeats}"
     )
     print()
+    # Uploads run as many at a time as the save's memory allows.
+    total = int(args.file_mb * 1e6) * args.files
+    up_parallel, _ = transfer.upload_plan(staging_bytes(total), args.workers)
     print(
-        f"| store | upload: 1 stream | upload: {args.workers} at a time | "
+        f"| store | upload: 1 stream | upload: workers={args.workers} "
+        f"({up_parallel} at a time in the save's memory) | "
         f"download: 1 stream | download: {args.workers} at a time |"
     )
     print("|---|---|---|---|---|")

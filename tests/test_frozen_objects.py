@@ -455,3 +455,35 @@ def test_rebuild_writes_no_frozen_array_and_refuses_another_base_by_name(
     assert "model/000000 (sequential" in message and "frozen_proj/kernel" in message
     assert "Make build_model() load the same base" in message
     assert isinstance(caught.value, cr.ColabResumeError)
+
+
+@pytest.mark.parametrize("mode", ["every", "once"])
+def test_a_cadence_past_the_daily_upload_cap_is_warned_about_once(mode, tmp_path):
+    """Drive's 750 GB a day, scaled down: the local store is given a cap of
+    80 MB a day (a stand-in: no emulator takes 750 GB), and saves come every
+    10 minutes by an injected clock. Every array every time is ~76 MB a day
+    (95% of it); the trained part only is ~3 MB."""
+    storage = Storage(str(tmp_path / "run"))
+    storage.store.daily_upload_bytes = 80e6
+    now = [0.0]
+    events = EventLog()
+    model = lora_model()
+    train(model, 1)
+    with manager(
+        storage, tmp_path, events=events, frozen=mode, clock=lambda: now[0]
+    ) as saving:
+        for step in range(1, 6):
+            now[0] += 600.0
+            saving.save(model, step=step, epoch=0)
+            saving.wait()
+    warned = events.recent(kind="checkpoint.upload_cap")
+    if mode == "once":
+        assert warned == []
+        return
+    (warning,) = warned
+    assert warning.level == "warning"
+    assert "at this cadence the run uploads about 0.1 GB a day, 9" in warning.message
+    assert "of the store's daily upload cap" in warning.message
+    assert "frozen='once' (the default) would upload only what trains" in (
+        warning.message
+    )

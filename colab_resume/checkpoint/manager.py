@@ -64,6 +64,10 @@ WAITING_REPORT_SECONDS = 1.0
 # the state, and never less than this floor (see staging_bytes).
 STAGING_SHARE = 16
 MIN_STAGING_BYTES = 8 << 20
+# Warn once a session's steady uploads, extrapolated to a day, take this
+# share of its store's daily upload cap (Drive: 750 GB per user).
+UPLOAD_CAP_WARN_SHARE = 0.8
+DAY_SECONDS = 86_400.0
 FROZEN_ONCE = "once"
 FROZEN_MODES = (FROZEN_ONCE, "every", "rebuild")
 
@@ -224,6 +228,9 @@ class CheckpointManager:
         self._in_flight: CheckpointName | None = None
         self._cleared_leftovers = False  # see _upload_and_commit
         self._collected = False  # see prune
+        # (monotonic time, bytes uploaded) of each commit, for the daily cap.
+        self._uploads: list[tuple[float, int]] = []
+        self._cap_warned = False
         self.last_saved: CheckpointName | None = None
         self.last_committed: CheckpointName | None = None
         self.last_committed_bytes: int | None = None  # its files' size
@@ -476,8 +483,45 @@ class CheckpointManager:
             shared_bytes=shared_bytes,
             frozen=self.config.frozen,
         )
+        self._check_daily_uploads(name.step, upload_bytes)
         self._prune_quietly(name.step)
         training_state.committed()
+
+    def _check_daily_uploads(self, step: int, uploaded: int) -> None:
+        """Warn once when this cadence would cross the store's daily upload cap.
+
+        The first commit of a session is left out of the rate: it uploads
+        what later ones only reference (the frozen arrays), and when it
+        comes says nothing of the cadence.
+        """
+        cap = getattr(self.storage.store, "daily_upload_bytes", None)
+        self._uploads.append((self._clock(), uploaded))
+        if not cap or self._cap_warned or len(self._uploads) < 3:
+            return
+        (first, _), (last, _) = self._uploads[0], self._uploads[-1]
+        steady = sum(size for _, size in self._uploads[1:])
+        if last <= first:
+            return
+        per_day = steady / (last - first) * DAY_SECONDS
+        if per_day < UPLOAD_CAP_WARN_SHARE * cap:
+            return
+        self._cap_warned = True
+        hint = (
+            "frozen='once' (the default) would upload only what trains"
+            if self.config.frozen == "every"
+            else "the checkpoints hold only what trains already"
+        )
+        self._events.emit(
+            "checkpoint.upload_cap",
+            f"at this cadence the run uploads about {per_day / 1e9:.1f} GB a day, "
+            f"{per_day / cap:.0%} of the store's daily upload cap of "
+            f"{cap / 1e9:.0f} GB per user: past it, uploads fail until the next "
+            f"day. Save less often (save_every='auto' stays within it); {hint}.",
+            level="warning",
+            step=step,
+            bytes_per_day=per_day,
+            cap_bytes=cap,
+        )
 
     def _write_part(self, name: CheckpointName) -> None:
         """A process that does not commit: its done marker (no files of its own)."""
