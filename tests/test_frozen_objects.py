@@ -487,3 +487,24 @@ def test_a_cadence_past_the_daily_upload_cap_is_warned_about_once(mode, tmp_path
     assert "frozen='once' (the default) would upload only what trains" in (
         warning.message
     )
+
+
+def test_prune_removes_what_a_killed_object_upload_left(tmp_path):
+    """A local temporary file in ``objects/``, as a kill mid-upload leaves it."""
+    from support import run_cli
+
+    from colab_resume.storage.local import TEMP_PREFIX
+
+    storage = Storage(str(tmp_path / "run"))
+    model = lora_model()
+    train(model, 1)
+    with manager(storage, tmp_path) as saving:
+        saving.save(model, step=1, epoch=0)
+        saving.wait()
+    (shared,) = objects_of(storage)
+    left = tmp_path / "run" / OBJECT_DIR / f"{TEMP_PREFIX}killed"
+    left.write_bytes(b"half an object")
+    pruned = run_cli("prune", storage.url, "--keep", "1")
+    assert pruned.returncode == 0, pruned
+    assert not left.exists()
+    assert list(objects_of(storage)) == [shared]

@@ -11,9 +11,10 @@ hold the arrays of a fine-tune that no training step changes. Three rules:
   written (:func:`check_stored`, right before the manifest);
 - retention deletes an object only once no committed checkpoint's manifest
   references it (:func:`unreferenced`), after the checkpoints themselves:
-  a kill at any point leaves at worst an unreferenced object, which the
-  next prune removes. An unreadable manifest stops the collection (its
-  references are unknown), never a checkpoint's restore.
+  a kill at any point leaves at worst an unreferenced object, or what a
+  killed upload left that is not an object, which the next collection
+  removes. An unreadable manifest stops the collection (its references
+  are unknown), never a checkpoint's restore.
 """
 
 from __future__ import annotations
@@ -147,13 +148,16 @@ def collect(
     Returns:
         The object paths deleted, and whether every manifest could be read.
     """
-    if not listed(storage):
+    if not listed(storage) and not storage.leftovers(OBJECT_DIR):
         return [], True  # the common case: a run with no shared objects
     doomed = unreferenced(storage, RunListing.read(storage))
     if doomed is None:
         return [], False
-    if doomed and fence is not None:
+    if fence is not None:
         fence()
     for name in doomed:
         storage.delete(object_path(name))
+    # What a killed upload of an object left (a local temporary file, a
+    # Drive upload never named in the index): no writer is uploading now.
+    storage.remove_leftovers(OBJECT_DIR)
     return [object_path(name) for name in doomed], True
