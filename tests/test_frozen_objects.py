@@ -508,3 +508,63 @@ def test_prune_removes_what_a_killed_object_upload_left(tmp_path):
     assert pruned.returncode == 0, pruned
     assert not left.exists()
     assert list(objects_of(storage)) == [shared]
+
+
+def tiny_gemma_lora():
+    """A two-layer GemmaCausalLM built from config (no preset download),
+    ``backbone.enable_lora(4)``, as keras-hub's LoRA guides do."""
+    keras_hub = pytest.importorskip(
+        "keras_hub", reason="keras-hub is not installed in this virtualenv"
+    )
+    keras.utils.set_random_seed(0)
+    backbone = keras_hub.models.GemmaBackbone(
+        vocabulary_size=64,
+        num_layers=2,
+        num_query_heads=2,
+        num_key_value_heads=1,
+        hidden_dim=32,
+        intermediate_dim=64,
+        head_dim=16,
+    )
+    lm = keras_hub.models.GemmaCausalLM(backbone=backbone, preprocessor=None)
+    backbone.enable_lora(4)
+    lm.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        weighted_metrics=[],
+    )
+    return lm
+
+
+def fit_gemma(lm, seed: int) -> None:
+    tokens = np.random.default_rng(seed).integers(1, 64, (4, 8)).astype("int32")
+    x = {"token_ids": tokens, "padding_mask": np.ones_like(tokens)}
+    lm.fit(x, np.roll(tokens, -1, axis=1), batch_size=2, epochs=1, verbose=0)
+
+
+def test_a_keras_hub_lora_checkpoint_holds_only_the_lora_part(tmp_path):
+    storage = Storage(str(tmp_path / "run"))
+    lm = tiny_gemma_lora()
+    fit_gemma(lm, 0)
+    with manager(storage, tmp_path) as saving:
+        saving.save(lm, step=2, epoch=0)
+        fit_gemma(lm, 1)
+        saving.save(lm, step=4, epoch=0)
+        saving.wait()
+    manifest = storage.read_json("checkpoints/step-000000004.e00000001/MANIFEST.json")
+    stored = set(manifest["objects"]["arrays"])
+    names = {
+        f"model/{i:06d}": path
+        for i, (path, _, _) in enumerate(manifest["structure"]["model"])
+    }
+    # Everything of the model but the LoRA factors is in the shared object.
+    assert {names[t] for t in set(names) - stored} == {
+        v.path for v in lm.trainable_variables
+    }
+    assert all("lora_kernel" in v.path for v in lm.trainable_variables)
+    expected = variables(lm)
+    fresh = tiny_gemma_lora()
+    with manager(storage, tmp_path) as reading:
+        assert reading.restore(fresh).step == 4
+    for want, got in zip(expected, variables(fresh), strict=True):
+        assert np.array_equal(want, got)
