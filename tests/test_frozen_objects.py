@@ -568,3 +568,25 @@ def test_a_keras_hub_lora_checkpoint_holds_only_the_lora_part(tmp_path):
         assert reading.restore(fresh).step == 4
     for want, got in zip(expected, variables(fresh), strict=True):
         assert np.array_equal(want, got)
+
+
+def test_a_slow_first_upload_of_the_frozen_arrays_suggests_rebuild(tmp_path):
+    """The clock is injected: each reading is 400 s after the last, so the
+    first commit (two readings apart) looks slower than 300 s."""
+    storage = Storage(str(tmp_path / "run"))
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 400.0
+        return now[0]
+
+    events = EventLog()
+    model = lora_model()
+    train(model, 1)
+    with manager(storage, tmp_path, events=events, clock=clock) as saving:
+        saving.save(model, step=1, epoch=0)
+        saving.save(model, step=2, epoch=0)
+        saving.wait()
+    (slow,) = events.recent(kind="checkpoint.frozen_slow")
+    assert slow.step == 1
+    assert "frozen='rebuild' writes none of them" in slow.message

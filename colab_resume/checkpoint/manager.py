@@ -68,6 +68,8 @@ MIN_STAGING_BYTES = 8 << 20
 # share of its store's daily upload cap (Drive: 750 GB per user).
 UPLOAD_CAP_WARN_SHARE = 0.8
 DAY_SECONDS = 86_400.0
+# A commit that spent this long uploading frozen arrays suggests "rebuild".
+SLOW_OBJECTS_SECONDS = 300.0
 FROZEN_ONCE = "once"
 FROZEN_MODES = (FROZEN_ONCE, "every", "rebuild")
 
@@ -484,6 +486,18 @@ class CheckpointManager:
             frozen=self.config.frozen,
         )
         self._check_daily_uploads(name.step, upload_bytes)
+        fresh = upload_bytes - manifest.total_bytes
+        if fresh > 0 and seconds > SLOW_OBJECTS_SECONDS:
+            self._events.emit(
+                "checkpoint.frozen_slow",
+                f"the first save of the frozen arrays ({fresh / 1e9:.2f} GB) took "
+                f"{seconds:.0f}s to commit on this store; later saves reference "
+                f"them. frozen='rebuild' writes none of them (a resume then "
+                f"checks that build_model() made the same ones).",
+                step=name.step,
+                seconds=seconds,
+                bytes=fresh,
+            )
         self._prune_quietly(name.step)
         training_state.committed()
 
