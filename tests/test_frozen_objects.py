@@ -590,3 +590,26 @@ def test_a_slow_first_upload_of_the_frozen_arrays_suggests_rebuild(tmp_path):
     (slow,) = events.recent(kind="checkpoint.frozen_slow")
     assert slow.step == 1
     assert "frozen='rebuild' writes none of them" in slow.message
+
+
+def test_an_object_deleted_under_a_live_session_is_written_again(storage, tmp_path):
+    """Someone deletes ``objects/`` between two saves: the save that would
+    reference the missing object does not commit (a warning says why) and
+    training is not failed; the next save uploads the object again."""
+    model = lora_model()
+    train(model, 1)
+    events = EventLog()
+    with manager(storage, tmp_path, events=events, keep=5) as saving:
+        saving.save(model, step=1, epoch=0)
+        saving.wait()
+        (path,) = objects_of(storage)
+        storage.delete(path)
+        saving.save(model, step=2, epoch=0)
+        saving.wait()
+        saving.check()  # not raised on the training thread
+        saving.save(model, step=3, epoch=0)
+        saving.wait()
+        assert [n.step for n in saving.committed()] == [1, 3]
+    (missing,) = events.recent(kind="checkpoint.objects_missing")
+    assert missing.step == 2 and path.split("/")[1] in missing.message
+    assert list(objects_of(storage)) == [path]

@@ -453,9 +453,21 @@ class CheckpointManager:
                 # A commit never references an object the run directory
                 # does not list as it was written.
                 objects.check_stored(self.storage, shared)
-            except objects.MissingObjectError:
+            except objects.MissingObjectError as exc:
+                # Not the training's failure: this save is lost, the next
+                # one writes the frozen arrays again.
                 training_state.forget_objects()
-                raise
+                with self._lock:
+                    self._in_flight = None
+                self.last_saved = None
+                shutil.rmtree(staging, ignore_errors=True)
+                self._events.emit(
+                    "checkpoint.objects_missing",
+                    f"{name.dirname} not committed: {exc}",
+                    level="warning",
+                    step=name.step,
+                )
+                return
         self._fence()
         self.storage.write_json(
             name.manifest_path, manifest.to_json(), create_only=True, commit=True

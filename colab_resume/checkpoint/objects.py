@@ -106,8 +106,7 @@ def check_stored(storage: Storage, shared: SharedObjects) -> None:
         raise MissingObjectError(
             f"{storage.url}/{OBJECT_DIR}/ lacks {len(wrong)} shared object(s) this "
             f"checkpoint references, or holds other bytes under their names: "
-            f"{', '.join(wrong)}. Nothing was committed; the next save writes "
-            f"them again."
+            f"{', '.join(wrong)}; the next save writes them again."
         )
 
 
