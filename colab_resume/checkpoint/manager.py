@@ -43,6 +43,11 @@ from colab_resume.checkpoint.processes import (
 )
 from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_bound
 from colab_resume.checkpoint.transfer_progress import TransferProgress
+from colab_resume.checkpoint.upload_notes import (
+    DailyUploads,
+    frozen_note,
+    slow_objects,
+)
 from colab_resume.checkpoint.uploader import Uploader
 from colab_resume.errors import FencedError
 from colab_resume.events import EventLog
@@ -64,12 +69,6 @@ WAITING_REPORT_SECONDS = 1.0
 # the state, and never less than this floor (see staging_bytes).
 STAGING_SHARE = 16
 MIN_STAGING_BYTES = 8 << 20
-# Warn once a session's steady uploads, extrapolated to a day, take this
-# share of its store's daily upload cap (Drive: 750 GB per user).
-UPLOAD_CAP_WARN_SHARE = 0.8
-DAY_SECONDS = 86_400.0
-# A commit that spent this long uploading frozen arrays suggests "rebuild".
-SLOW_OBJECTS_SECONDS = 300.0
 FROZEN_ONCE = "once"
 FROZEN_MODES = (FROZEN_ONCE, "every", "rebuild")
 
@@ -230,9 +229,9 @@ class CheckpointManager:
         self._in_flight: CheckpointName | None = None
         self._cleared_leftovers = False  # see _upload_and_commit
         self._collected = False  # see prune
-        # (monotonic time, bytes uploaded) of each commit, for the daily cap.
-        self._uploads: list[tuple[float, int]] = []
-        self._cap_warned = False
+        self._daily = DailyUploads(
+            getattr(storage.store, "daily_upload_bytes", None), self.config.frozen
+        )
         self.last_saved: CheckpointName | None = None
         self.last_committed: CheckpointName | None = None
         self.last_committed_bytes: int | None = None  # its files' size
@@ -479,12 +478,13 @@ class CheckpointManager:
             self.last_committed_bytes = manifest.total_bytes
         shutil.rmtree(staging, ignore_errors=True)
         shared_bytes = shared.total_bytes if shared is not None else 0
-        note = _shared_note(shared_bytes, upload_bytes, manifest)
-        if shared is not None and shared.rebuilt:
-            note = (
-                f"; frozen='rebuild': {len(shared.rebuilt)} frozen arrays not "
-                f"written, their SHA-256 recorded"
-            )
+        note = frozen_note(
+            mode=self.config.frozen,
+            own=manifest.total_bytes,
+            uploaded=upload_bytes,
+            shared=shared_bytes,
+            rebuilt=len(shared.rebuilt) if shared is not None else 0,
+        )
         self._events.emit(
             "checkpoint.committed",
             f"committed {name.dirname} ({manifest.total_bytes / 1e6:.1f} MB in "
@@ -497,57 +497,30 @@ class CheckpointManager:
             shared_bytes=shared_bytes,
             frozen=self.config.frozen,
         )
-        self._check_daily_uploads(name.step, upload_bytes)
-        fresh = upload_bytes - manifest.total_bytes
-        if fresh > 0 and seconds > SLOW_OBJECTS_SECONDS:
+        self._note_uploads(name.step, upload_bytes - manifest.total_bytes, seconds)
+        warning = self._daily.record(self._clock(), upload_bytes)
+        if warning is not None:
             self._events.emit(
-                "checkpoint.frozen_slow",
-                f"the first save of the frozen arrays ({fresh / 1e9:.2f} GB) took "
-                f"{seconds:.0f}s to commit on this store; later saves reference "
-                f"them. frozen='rebuild' writes none of them (a resume then "
-                f"checks that build_model() made the same ones).",
+                "checkpoint.upload_cap",
+                warning[0],
+                level="warning",
                 step=name.step,
-                seconds=seconds,
-                bytes=fresh,
+                bytes_per_day=warning[1],
+                cap_bytes=self._daily.cap,
             )
         self._prune_quietly(name.step)
         training_state.committed()
 
-    def _check_daily_uploads(self, step: int, uploaded: int) -> None:
-        """Warn once when this cadence would cross the store's daily upload cap.
-
-        The first commit of a session is left out of the rate: it uploads
-        what later ones only reference (the frozen arrays), and when it
-        comes says nothing of the cadence.
-        """
-        cap = getattr(self.storage.store, "daily_upload_bytes", None)
-        self._uploads.append((self._clock(), uploaded))
-        if not cap or self._cap_warned or len(self._uploads) < 3:
-            return
-        (first, _), (last, _) = self._uploads[0], self._uploads[-1]
-        steady = sum(size for _, size in self._uploads[1:])
-        if last <= first:
-            return
-        per_day = steady / (last - first) * DAY_SECONDS
-        if per_day < UPLOAD_CAP_WARN_SHARE * cap:
-            return
-        self._cap_warned = True
-        hint = (
-            "frozen='once' (the default) would upload only what trains"
-            if self.config.frozen == "every"
-            else "the checkpoints hold only what trains already"
-        )
-        self._events.emit(
-            "checkpoint.upload_cap",
-            f"at this cadence the run uploads about {per_day / 1e9:.1f} GB a day, "
-            f"{per_day / cap:.0%} of the store's daily upload cap of "
-            f"{cap / 1e9:.0f} GB per user: past it, uploads fail until the next "
-            f"day. Save less often (save_every='auto' stays within it); {hint}.",
-            level="warning",
-            step=step,
-            bytes_per_day=per_day,
-            cap_bytes=cap,
-        )
+    def _note_uploads(self, step: int, fresh: int, seconds: float) -> None:
+        suggestion = slow_objects(fresh, seconds)
+        if suggestion is not None:
+            self._events.emit(
+                "checkpoint.frozen_slow",
+                suggestion,
+                step=step,
+                seconds=seconds,
+                bytes=fresh,
+            )
 
     def _write_part(self, name: CheckpointName) -> None:
         """A process that does not commit: its done marker (no files of its own)."""
@@ -777,22 +750,6 @@ class CheckpointManager:
                 level="warning",
                 step=step,
             )
-
-
-def _shared_note(shared_bytes: int, upload_bytes: int, manifest: Manifest) -> str:
-    """What a commit message adds about the frozen arrays (frozen="once")."""
-    if not shared_bytes:
-        return ""
-    fresh = upload_bytes - manifest.total_bytes
-    how = (
-        f"{fresh / 1e6:.1f} MB uploaded now"
-        if fresh > 0
-        else "already stored, not uploaded"
-    )
-    return (
-        f"; frozen='once': {shared_bytes / 1e6:.1f} MB of frozen arrays in shared "
-        f"objects, {how}"
-    )
 
 
 def _jsonable(field: str, value: dict[str, Any] | None) -> dict[str, Any]:
