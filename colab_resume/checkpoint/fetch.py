@@ -158,14 +158,14 @@ class ShardFetch:
         self.directory = directory
         self.waited = 0.0  # seconds the reader spent blocked on a file
         state_format = formats.of_manifest(manifest)
-        available = memory_available()
-        read_early = state_format.reads_while_arriving and (
-            available is not None
-            and manifest.total_bytes <= EARLY_READ_SHARE * available
-        )
-        listed = sum(len(v) for v in manifest.structure.values() if isinstance(v, list))
         # The shared objects first: the reader reads them first.
         shared = manifest.objects.files if manifest.objects is not None else ()
+        available = memory_available()
+        whole = manifest.total_bytes + sum(item.size for item in shared)
+        read_early = state_format.reads_while_arriving and (
+            available is not None and whole <= EARLY_READ_SHARE * available
+        )
+        listed = sum(len(v) for v in manifest.structure.values() if isinstance(v, list))
         self._objects = {item.name for item in shared}
         remote = {item.name: object_path(item.name) for item in shared}
         remote.update((f.name, f"{entry.name.path}/{f.name}") for f in manifest.files)
