@@ -16,6 +16,7 @@ from colab_resume.backend.current import (
 )
 from colab_resume.backend.jax_distributed import process_rows
 from colab_resume.checkpoint.errors import (
+    FrozenArraysChangedError,
     NoValidCheckpointError,
     StructureMismatchError,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "Event",
     "EventLog",
     "FencedError",
+    "FrozenArraysChangedError",
     "NoRunDirError",
     "NoValidCheckpointError",
     "NonDeterministicDatasetError",

@@ -24,7 +24,7 @@ from colab_resume.runtime.options import ConnectOptions
 _NAMES = (
     "save_every_steps, save_every_seconds, save_every, save_every_floor_seconds, "
     "save_every_ceiling_seconds, save_every_prior_seconds, keep, keep_every_steps, "
-    "heartbeat_seconds, dead_after_seconds, stall_after_seconds, takeover, "
+    "frozen, heartbeat_seconds, dead_after_seconds, stall_after_seconds, takeover, "
     "storage_options, prefer, cpu_replicas, precision, max_recoveries, "
     "recovery_backoff_seconds, lifetime_seconds, storage_retry_seconds, run_id, "
     "reset_data_fingerprints, on_runtime_change, exit_on_preemption, "
@@ -292,6 +292,7 @@ def test_the_defaults_are_the_parts_defaults():
         "peer_dead_after_seconds": 30.0,
         "data_sharding": "global",
         "start_timeout_seconds": 300.0,
+        "frozen": "once",
     }
     assert options.recovery == RetryPolicy(initial_seconds=2.0, max_seconds=8.0)
 

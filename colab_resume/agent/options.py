@@ -34,6 +34,7 @@ _FLAT: dict[str, tuple[str, str]] = {
     "save_every_prior_seconds": ("triggers", "auto_prior_seconds"),
     "keep": ("checkpoints", "keep"),
     "keep_every_steps": ("checkpoints", "keep_every_steps"),
+    "frozen": ("checkpoints", "frozen"),
     "heartbeat_seconds": ("session", "heartbeat_seconds"),
     "dead_after_seconds": ("session", "dead_after_seconds"),
     "stall_after_seconds": ("session", "stall_after_seconds"),
@@ -104,6 +105,15 @@ class AgentOptions:
             your platform is known to do (a spot VM's typical lifetime).
         keep (int): newest committed checkpoints to keep.
         keep_every_steps (int | None): also keep every checkpoint at a multiple of this.
+        frozen (str): ``"once"`` (default): arrays no training step changes
+            (a LoRA's frozen base, layers with ``trainable = False``) are
+            written by the first save as shared objects of the run
+            directory and referenced by later checkpoints, so a later save
+            copies and uploads only what trains; ``"rebuild"``: not written
+            at all, their SHA-256 recorded, and a resume refuses
+            (``FrozenArraysChangedError``) unless ``build_model()`` makes
+            the same ones; ``"every"``: every array in every checkpoint
+            (docs/guide/training.md).
         heartbeat_seconds (float): interval between heartbeats (10: a rerun on a
             new VM waits at most 40 s after a silent death).
         dead_after_seconds (float | None): silence after which a holder is dead

@@ -8,6 +8,7 @@ back to older ones. Importing this package does not import TensorFlow.
 
 from colab_resume.checkpoint.errors import (
     CheckpointError,
+    FrozenArraysChangedError,
     NoValidCheckpointError,
     StructureMismatchError,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "CheckpointConfig",
     "CheckpointError",
     "CheckpointManager",
+    "FrozenArraysChangedError",
     "Manifest",
     "NoValidCheckpointError",
     "RestoredInfo",

@@ -31,3 +31,29 @@ class DamagedCheckpointError(CheckpointError):
     another shape or dtype, a header that is not the one written) is
     damage: restore falls back to the next older checkpoint with a warning.
     """
+
+
+class DamagedObjectError(DamagedCheckpointError):
+    """A shared object a checkpoint references is missing or damaged.
+
+    Attributes:
+        name: the object (``<sha256>.safetensors`` under ``objects/``).
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"shared object objects/{name}: {reason}")
+        self.name = name
+
+
+class FrozenArraysChangedError(StructureMismatchError):
+    """``frozen="rebuild"``: the frozen arrays ``build_model()`` made are not
+    the ones the checkpoint was trained on (another preset version, another
+    seed, a changed ``build_model``), and no stored copy exists.
+
+    Attributes:
+        differ: the tensor names (``model/000003``) whose arrays differ.
+    """
+
+    def __init__(self, message: str, differ: list[str]) -> None:
+        super().__init__(message)
+        self.differ = differ

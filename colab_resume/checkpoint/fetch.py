@@ -38,12 +38,14 @@ from typing import Any
 
 from colab_resume import procfs
 from colab_resume.checkpoint import formats
+from colab_resume.checkpoint.errors import DamagedObjectError
 from colab_resume.checkpoint.transfer_progress import TransferProgress
 from colab_resume.errors import CorruptRecordError
 from colab_resume.events import EventLog
 from colab_resume.protocol import commit
 from colab_resume.protocol.listing import CheckpointDir, RunListing
 from colab_resume.protocol.manifest import FileEntry, Manifest
+from colab_resume.protocol.objects import object_path
 from colab_resume.protocol.rundir import MANIFEST
 from colab_resume.storage import Storage
 
@@ -156,35 +158,39 @@ class ShardFetch:
         self.directory = directory
         self.waited = 0.0  # seconds the reader spent blocked on a file
         state_format = formats.of_manifest(manifest)
+        # The shared objects first: the reader reads them first.
+        shared = manifest.objects.files if manifest.objects is not None else ()
         available = memory_available()
+        whole = manifest.total_bytes + sum(item.size for item in shared)
         read_early = state_format.reads_while_arriving and (
-            available is not None
-            and manifest.total_bytes <= EARLY_READ_SHARE * available
+            available is not None and whole <= EARLY_READ_SHARE * available
         )
         listed = sum(len(v) for v in manifest.structure.values() if isinstance(v, list))
+        self._objects = {item.name for item in shared}
+        remote = {item.name: object_path(item.name) for item in shared}
+        remote.update((f.name, f"{entry.name.path}/{f.name}") for f in manifest.files)
+        every = (*shared, *manifest.files)
         progress = TransferProgress(
             events,
             kind="checkpoint.download.progress",
             what=f"download of {entry.name.dirname}",
-            total_bytes=manifest.total_bytes,
+            total_bytes=sum(item.size for item in every),
             step=manifest.step,
             quiet_seconds=progress_seconds,
         )
 
         def one(item: FileEntry) -> None:
             local = os.path.join(directory, item.name)
-            size, crc = storage.get_file_checked(
-                f"{entry.name.path}/{item.name}", local
-            )
+            size, crc = storage.get_file_checked(remote[item.name], local)
             progress.advance(size)
             check_arrival(item, size, crc)
 
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=max(1, min(workers, len(manifest.files))),
+            max_workers=max(1, min(workers, len(every))),
             thread_name_prefix="colab-resume-fetch",
         )
-        # Submitted in the manifest's order, the order the reader reads in.
-        self._futures = {f.name: self._pool.submit(one, f) for f in manifest.files}
+        # Submitted in the order the reader reads in.
+        self._futures = {f.name: self._pool.submit(one, f) for f in every}
         # One reader, shard after shard as each arrives: parallel reads would
         # only compete with the downloads (and the build) for the cores.
         self._reader = concurrent.futures.ThreadPoolExecutor(
@@ -198,7 +204,7 @@ class ShardFetch:
                 local = os.path.join(directory, item.name)
                 return state_format.read_file(local, item, listed)
 
-            for item in manifest.files:
+            for item in every:
                 self._reads[item.name] = self._reader.submit(read, item)
 
     @property
@@ -228,7 +234,15 @@ class ShardFetch:
             read = self._reads.pop(name, None)
             return None if read is None else read.result()
         except FileNotFoundError as exc:
+            if name in self._objects:
+                gone = "missing from the run directory"
+                raise DamagedObjectError(name, gone) from None
             raise Damaged(f"a file vanished during download ({exc})") from None
+        except Damaged as exc:
+            if name in self._objects:
+                # The format may stand the arrays build_model() made in for it.
+                raise DamagedObjectError(name, str(exc)) from None
+            raise
         finally:
             self.waited += time.perf_counter() - started
 
@@ -310,7 +324,8 @@ class Prefetch:
     def _start_fetch(self, entry: CheckpointDir, manifest: Manifest) -> None:
         scratch = self._scratch_dir or tempfile.gettempdir()
         free = shutil.disk_usage(scratch).free
-        if manifest.total_bytes + FREE_DISK_MARGIN > free:
+        shared = manifest.objects.total_bytes if manifest.objects is not None else 0
+        if manifest.total_bytes + shared + FREE_DISK_MARGIN > free:
             return  # the restore decides, once the state's size is known
         with self._lock:
             if self._closed:

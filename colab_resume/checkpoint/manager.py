@@ -21,6 +21,7 @@ Example (the agent drives this)::
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from colab_resume import defaults
-from colab_resume.checkpoint import formats, retention, transfer
+from colab_resume.checkpoint import formats, objects, retention, transfer
 from colab_resume.checkpoint.fetch import ArrivalWait, Prefetch
 from colab_resume.checkpoint.groups import StateLike
 from colab_resume.checkpoint.processes import (
@@ -42,6 +43,11 @@ from colab_resume.checkpoint.processes import (
 )
 from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_bound
 from colab_resume.checkpoint.transfer_progress import TransferProgress
+from colab_resume.checkpoint.upload_notes import (
+    DailyUploads,
+    frozen_note,
+    slow_objects,
+)
 from colab_resume.checkpoint.uploader import Uploader
 from colab_resume.errors import FencedError
 from colab_resume.events import EventLog
@@ -63,6 +69,8 @@ WAITING_REPORT_SECONDS = 1.0
 # the state, and never less than this floor (see staging_bytes).
 STAGING_SHARE = 16
 MIN_STAGING_BYTES = 8 << 20
+FROZEN_ONCE = "once"
+FROZEN_MODES = (FROZEN_ONCE, "every", "rebuild")
 
 
 def staging_bytes(state_bytes: int) -> int:
@@ -98,6 +106,15 @@ class CheckpointConfig:
         format: ``"portable"`` (host arrays both backends read; TensorFlow's
             own format only where a state group is an opaque trackable) or
             ``"tensorflow"`` (``tf.train.Checkpoint`` files, TensorFlow only).
+        frozen: ``"once"``: arrays no training step changes (a LoRA's
+            frozen base, frozen layers) are written by the first save that
+            needs them as shared objects of the run directory, and only
+            referenced by later checkpoints; ``"rebuild"``: they are not
+            written at all, each checkpoint records their SHA-256 and a
+            restore checks that ``build_model()`` made the same ones
+            (``FrozenArraysChangedError`` if not); ``"every"``: every
+            array into every checkpoint. The portable format only:
+            TensorFlow's own writes every array every time.
     """
 
     keep: int = defaults.KEEP
@@ -109,6 +126,7 @@ class CheckpointConfig:
     workers: int = 8
     progress_seconds: float = 2.0
     format: str = formats.PORTABLE
+    frozen: str = FROZEN_ONCE
 
     def __post_init__(self) -> None:
         def fail(name: str, need: str) -> None:
@@ -134,6 +152,15 @@ class CheckpointConfig:
             fail("format", " or ".join(repr(f) for f in formats.REGISTRY))
         if not _is_int(self.workers) or self.workers < 1:
             fail("workers", "an int >= 1")
+        if self.frozen not in FROZEN_MODES:
+            close = difflib.get_close_matches(str(self.frozen), FROZEN_MODES, n=1)
+            raise ValueError(
+                f"frozen must be 'once' (arrays no step changes are written once "
+                f"per run), 'rebuild' (not written; build_model() makes them, "
+                f"checked by fingerprint) or 'every' (into every checkpoint), "
+                f"got {self.frozen!r}."
+                + (f" Did you mean {close[0]!r}?" if close else "")
+            )
         if (
             not isinstance(self.progress_seconds, (int, float))
             or self.progress_seconds < 0
@@ -201,6 +228,10 @@ class CheckpointManager:
         self._lock = threading.Lock()
         self._in_flight: CheckpointName | None = None
         self._cleared_leftovers = False  # see _upload_and_commit
+        self._collected = False  # see prune
+        self._daily = DailyUploads(
+            getattr(storage.store, "daily_upload_bytes", None), self.config.frozen
+        )
         self.last_saved: CheckpointName | None = None
         self.last_committed: CheckpointName | None = None
         self.last_committed_bytes: int | None = None  # its files' size
@@ -319,6 +350,7 @@ class CheckpointManager:
             shard_bytes=self.config.shard_bytes,
             write_behind=self.config.async_write,
             io_device=self.config.io_device,
+            frozen=self.config.frozen,
         )
 
     def _training_state(self, state: StateLike) -> formats.StateWriter:
@@ -357,7 +389,11 @@ class CheckpointManager:
             self._cleared_leftovers = True
             self._prune_quietly(name.step)
         training_state.sync()
-        files = sorted(os.listdir(staging))
+        # Files only: shared objects are staged in a folder of their own.
+        files = sorted(
+            f for f in os.listdir(staging) if os.path.isfile(os.path.join(staging, f))
+        )
+        shared, new_objects = training_state.objects()
         # The portable format checksums each shard as it writes it (no
         # second read of the files); TensorFlow's files are read here.
         written: dict[str, tuple[int, str]] = getattr(training_state, "written", {})
@@ -382,23 +418,28 @@ class CheckpointManager:
             structure=training_state.structure,
             metrics=metrics,
             extras=extras,
+            objects=shared,
         )
+        uploads = [(os.path.join(staging, f), f"{name.path}/{f}") for f in files]
+        if shared is not None:
+            uploads += objects.to_upload(self.storage, new_objects)
+        upload_bytes = sum(os.path.getsize(local) for local, _ in uploads)
         progress = TransferProgress(
             self._events,
             kind="checkpoint.upload.progress",
             what=f"upload of {name.dirname}",
-            total_bytes=manifest.total_bytes,
+            total_bytes=upload_bytes,
             step=name.step,
             quiet_seconds=self.config.progress_seconds,
         )
         transfer.upload(
             self.storage,
-            [(os.path.join(staging, f), f"{name.path}/{f}") for f in files],
+            uploads,
             progress=progress,
             workers=self.config.workers,
             # The files' size, not the state's nbytes: what is uploaded, in
             # either format (TensorFlow's nbytes cannot size every trackable).
-            memory_bytes=staging_bytes(manifest.total_bytes),
+            memory_bytes=staging_bytes(upload_bytes),
         )
         if self.process is not None:
             write_marker(self.storage, name, self.process, entries)
@@ -406,6 +447,26 @@ class CheckpointManager:
             manifest = dataclasses.replace(
                 manifest, processes=self.process.count, markers=markers
             )
+        if shared is not None and shared.files:
+            try:
+                # A commit never references an object the run directory
+                # does not list as it was written.
+                objects.check_stored(self.storage, shared)
+            except objects.MissingObjectError as exc:
+                # Not the training's failure: this save is lost, the next
+                # one writes the frozen arrays again.
+                training_state.forget_objects()
+                with self._lock:
+                    self._in_flight = None
+                self.last_saved = None
+                shutil.rmtree(staging, ignore_errors=True)
+                self._events.emit(
+                    "checkpoint.objects_missing",
+                    f"{name.dirname} not committed: {exc}",
+                    level="warning",
+                    step=name.step,
+                )
+                return
         self._fence()
         self.storage.write_json(
             name.manifest_path, manifest.to_json(), create_only=True, commit=True
@@ -416,17 +477,50 @@ class CheckpointManager:
             self.last_committed = name
             self.last_committed_bytes = manifest.total_bytes
         shutil.rmtree(staging, ignore_errors=True)
+        shared_bytes = shared.total_bytes if shared is not None else 0
+        note = frozen_note(
+            mode=self.config.frozen,
+            own=manifest.total_bytes,
+            uploaded=upload_bytes,
+            shared=shared_bytes,
+            rebuilt=len(shared.rebuilt) if shared is not None else 0,
+        )
         self._events.emit(
             "checkpoint.committed",
             f"committed {name.dirname} ({manifest.total_bytes / 1e6:.1f} MB in "
-            f"{seconds:.1f}s)",
+            f"{seconds:.1f}s{note})",
             step=name.step,
             checkpoint=name.dirname,
             bytes=manifest.total_bytes,
             seconds=seconds,
+            uploaded_bytes=upload_bytes,
+            shared_bytes=shared_bytes,
+            frozen=self.config.frozen,
         )
+        self._note_uploads(name.step, upload_bytes - manifest.total_bytes, seconds)
+        warning = self._daily.record(self._clock(), upload_bytes)
+        if warning is not None:
+            self._events.emit(
+                "checkpoint.upload_cap",
+                warning[0],
+                level="warning",
+                step=name.step,
+                bytes_per_day=warning[1],
+                cap_bytes=self._daily.cap,
+            )
         self._prune_quietly(name.step)
         training_state.committed()
+
+    def _note_uploads(self, step: int, fresh: int, seconds: float) -> None:
+        suggestion = slow_objects(fresh, seconds)
+        if suggestion is not None:
+            self._events.emit(
+                "checkpoint.frozen_slow",
+                suggestion,
+                step=step,
+                seconds=seconds,
+                bytes=fresh,
+            )
 
     def _write_part(self, name: CheckpointName) -> None:
         """A process that does not commit: its done marker (no files of its own)."""
@@ -466,6 +560,12 @@ class CheckpointManager:
     @property
     def uploading(self) -> bool:
         return self._uploader.busy
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Finish the upload in flight, raise its error, drop the staging area."""
@@ -529,7 +629,13 @@ class CheckpointManager:
                 state, manifest, self._settings(), training_state
             )
             return tuple(
-                reader.restore(prefix, manifest.structure, manifest.files, arrived)
+                reader.restore(
+                    prefix,
+                    manifest.structure,
+                    manifest.files,
+                    arrived,
+                    objects=manifest.objects,
+                )
             )
 
         info = restore_latest(
@@ -591,6 +697,18 @@ class CheckpointManager:
         for entry in doomed:
             retention.delete(self.storage, entry, self._fence)
             deleted.append(entry.name)
+        if (
+            in_flight is None
+            and (deleted or not self._collected)
+            and (self.process is None or self.process.commits)
+        ):
+            # After the checkpoints: an object goes once nothing kept
+            # references it, and never while an upload of ours may be
+            # about to (one in flight is unreferenced until it commits).
+            # Only a deletion makes one unreferenced, or a session that
+            # died before its first commit: checked once per session.
+            self._collect_objects()
+            self._collected = True
         if deleted:
             self._events.emit(
                 "checkpoint.pruned",
@@ -599,6 +717,23 @@ class CheckpointManager:
                 checkpoints=[n.dirname for n in deleted],
             )
         return deleted
+
+    def _collect_objects(self) -> None:
+        removed, complete = objects.collect(self.storage, self._fence)
+        if removed:
+            self._events.emit(
+                "checkpoint.objects_pruned",
+                f"deleted {len(removed)} shared object(s) no kept checkpoint "
+                f"references: " + ", ".join(removed),
+                objects=removed,
+            )
+        if not complete:
+            self._events.emit(
+                "checkpoint.objects_kept",
+                "kept every shared object: a committed checkpoint's manifest "
+                "could not be read, so what it references is unknown",
+                level="warning",
+            )
 
     def _prune_quietly(self, step: int) -> None:
         # Retention failing costs disk space, not correctness: report it and

@@ -18,6 +18,8 @@ DEFAULT_WORKERS = 8
 # The largest piece one upload may read into memory at a time, for stores
 # that send pieces (GCS streams a large file in 1 MiB reads, whatever this).
 MAX_CHUNK = 8 << 20
+# The smallest piece worth giving an upload: GCS reads 1 MiB at a time.
+MIN_CHUNK = 1 << 20
 # An upload holds its piece and, while the socket drains, about as much
 # again in the event loop's send buffer.
 COPIES_PER_CHUNK = 2
@@ -26,9 +28,14 @@ COPIES_PER_CHUNK = 2
 def upload_plan(memory_bytes: int, workers: int) -> tuple[int, int]:
     """``(parallel uploads, bytes per piece)`` within ``memory_bytes`` of buffers.
 
-    At least one upload of at least 256 KiB pieces, whatever the bound.
+    The memory is spread over the workers before pieces grow: on a far
+    store one stream is the ceiling (a few MB/s on Drive), and a streamed
+    GCS upload is one request whatever its piece size, so more streams of
+    smaller pieces are faster in the same memory. At least one upload of
+    at least 1 MiB pieces, whatever the bound.
     """
-    chunk = max(256 << 10, min(MAX_CHUNK, memory_bytes // COPIES_PER_CHUNK))
+    share = memory_bytes // (COPIES_PER_CHUNK * max(1, workers))
+    chunk = max(MIN_CHUNK, min(MAX_CHUNK, share))
     parallel = memory_bytes // (COPIES_PER_CHUNK * chunk)
     return max(1, min(workers, parallel)), chunk
 

@@ -6,6 +6,7 @@ colab-resume ls RUN_DIR [--json]
 colab-resume prune RUN_DIR --keep N
 colab-resume report RUN_DIR -o report.png
 colab-resume repair RUN_DIR
+colab-resume verify RUN_DIR [--step N]
 colab-resume supervise RUN_DIR --relaunch CMD
 colab-resume selftest URL
 colab-resume demo
@@ -51,11 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
         selftest,
         status,
         supervise,
+        verify,
         watch,
     )
 
     # In the order --help lists them.
-    commands_in_order = (status, watch, supervise, ls, prune, report, repair)
+    commands_in_order = (status, watch, supervise, ls, prune, verify, report, repair)
     for command in (*commands_in_order, selftest, demo):
         command.register(commands)
     return parser

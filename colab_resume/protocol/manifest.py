@@ -19,11 +19,14 @@ import base64
 import dataclasses
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from colab_resume.errors import CorruptRecordError
 from colab_resume.parsing import short
 from colab_resume.storage.checksum import StreamingCrc32c
+
+if TYPE_CHECKING:
+    from colab_resume.protocol.objects import SharedObjects
 
 FORMAT = "colab_resume.checkpoint/1"
 _CHUNK = 1 << 20
@@ -99,6 +102,9 @@ class Manifest:
         processes: processes that wrote it (1: a single-process run).
         markers: with ``processes`` > 1, each process's done marker
             (``PROCESS-k.json``), verified as files are.
+        objects: the shared objects (``objects/<sha256>.safetensors``)
+            holding the arrays not in ``files`` (:mod:`.objects`); None
+            when ``files`` hold every array.
     """
 
     step: int
@@ -113,6 +119,7 @@ class Manifest:
     extras: dict[str, Any] = dataclasses.field(default_factory=dict)
     processes: int = 1
     markers: tuple[FileEntry, ...] = ()
+    objects: SharedObjects | None = None
 
     def __post_init__(self) -> None:
         self._check_processes()
@@ -181,6 +188,9 @@ class Manifest:
         value["format"] = FORMAT
         if self.state_format is None:
             del value["state_format"]
+        del value["objects"]
+        if self.objects is not None:
+            value["objects"] = self.objects.to_json()
         return value
 
     @classmethod
@@ -217,12 +227,21 @@ class Manifest:
                     FileEntry(name=f["name"], size=f["size"], crc32c=f["crc32c"])
                     for f in value.get("markers", [])
                 ),
+                objects=_objects_of(value),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptRecordError(
                 f"{where} is not a valid checkpoint manifest ({type(exc).__name__}: "
                 f"{exc}); the checkpoint is treated as damaged."
             ) from None
+
+
+def _objects_of(value: dict[str, Any]) -> SharedObjects | None:
+    # Imported here: the objects module builds on this one's FileEntry.
+    from colab_resume.protocol.objects import SharedObjects
+
+    raw = value.get("objects")
+    return None if raw is None else SharedObjects.from_json(raw)
 
 
 def _check_plain_name(field: str, name: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from colab_resume.checkpoint.groups import StateLike
 from colab_resume.protocol.manifest import FileEntry
+from colab_resume.protocol.objects import SharedObjects
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,11 +28,31 @@ class FormatSettings:
             thread (:meth:`StateWriter.sync`).
         io_device: where TensorFlow's format reads and writes files (a
             remote TPU's host), or None; other formats ignore it.
+        frozen: ``"once"``: arrays no training step changes go to shared
+            objects written once per run (the portable format); ``"every"``:
+            every array into every checkpoint.
     """
 
     shard_bytes: int = 32 << 20
     write_behind: bool = False
     io_device: str | None = None
+    frozen: str = "every"
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectFile:
+    """A shared object a save wrote to local disk, to upload before its commit.
+
+    Attributes:
+        local_path: the file.
+        entry: its name (``<sha256>.safetensors``), size and CRC32C.
+        rewrite: upload it even where the run directory already lists an
+            object of that name (the one there was found damaged).
+    """
+
+    local_path: str
+    entry: FileEntry
+    rewrite: bool = False
 
 
 class StateWriter(Protocol):
@@ -72,6 +93,17 @@ class StateWriter(Protocol):
         session's first checkpoint does not wait for it)."""
         ...
 
+    def objects(self) -> tuple[SharedObjects | None, list[ObjectFile]]:
+        """The shared objects the last write's checkpoint references (None:
+        its own files hold every array), and those of them it wrote to local
+        disk (after :meth:`sync`)."""
+        ...
+
+    def forget_objects(self) -> None:
+        """The run directory lacks an object the writer took as stored:
+        the next save writes its arrays again."""
+        ...
+
 
 class StateReader(Protocol):
     """Checkpoint files of one format read into a live training state."""
@@ -84,9 +116,13 @@ class StateReader(Protocol):
         saved: dict[str, Any],
         files: Sequence[FileEntry] | None = None,
         arrived: Callable[[str], dict[str, Any] | None] | None = None,
+        objects: SharedObjects | None = None,
     ) -> list[str]:
         """Read the files at ``prefix`` into the live variables; the optional
         groups skipped because they did not fit.
+
+        ``objects``: the shared objects the manifest references; their files
+        lie next to ``prefix`` under their own names.
 
         ``arrived(name)``, where given, blocks until file ``name`` of
         ``files`` is on local disk and verified (the others may still be

@@ -141,12 +141,21 @@ class TrainingState:
     def committed(self) -> None:
         """Nothing: TensorFlow's writer needs no setup between saves."""
 
+    def objects(self) -> tuple[None, list[Any]]:
+        """None: TensorFlow's files hold every array, every time (its
+        checkpoint cannot leave some out), so ``frozen`` does not apply."""
+        return None, []
+
+    def forget_objects(self) -> None:
+        """Nothing: this format writes no shared objects."""
+
     def restore(
         self,
         prefix: str,
         saved: dict[str, Any],
         files: Sequence[Any] | None = None,
         arrived: Callable[[str], dict[str, Any] | None] | None = None,
+        objects: Any = None,
     ) -> list[str]:
         """Read ``prefix`` into the live variables.
 
@@ -158,6 +167,7 @@ class TrainingState:
             arrived: blocks until a file of ``files`` is on local disk and
                 verified; TensorFlow reads the files as one, so it waits
                 for all of them before reading.
+            objects: unused: this format writes no shared objects.
 
         Returns:
             Optional groups that were skipped because they did not match.

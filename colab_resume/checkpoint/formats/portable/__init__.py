@@ -62,12 +62,15 @@ class PortableFormat:
             state,
             shard_bytes=settings.shard_bytes,
             write_behind=settings.write_behind,
+            frozen=settings.frozen,
         )
 
     def reader(
         self, state: StateLike, settings: FormatSettings, writer: Any = None
     ) -> ArrayState:
-        return writer if isinstance(writer, ArrayState) else ArrayState(state)
+        if isinstance(writer, ArrayState):
+            return writer
+        return ArrayState(state, frozen=settings.frozen)
 
     def read_file(self, path: str, entry: FileEntry, tensors: int) -> Any:
         """One shard's tensors, checked against ``entry`` (None: not a shard)."""

@@ -20,20 +20,32 @@ precision policy and keep its optimizer state.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from colab_resume import backend
 from colab_resume.checkpoint.errors import (
     DamagedCheckpointError,
+    DamagedObjectError,
+    FrozenArraysChangedError,
     StructureMismatchError,
 )
+from colab_resume.checkpoint.formats.base import ObjectFile
 from colab_resume.checkpoint.formats.portable.dtypes import (
     integer_misfit,
     loose,
     numpy_dtype,
 )
+from colab_resume.checkpoint.formats.portable.frozen import (
+    EVERY,
+    REBUILD,
+    fingerprint,
+    frozen_tensors,
+    write_objects,
+)
 from colab_resume.checkpoint.formats.portable.shards import (
+    read_arrays,
     read_shards,
     tensor_name,
     write_shards,
@@ -48,6 +60,7 @@ from colab_resume.checkpoint.groups import (
 )
 from colab_resume.checkpoint.structure import check_fits, same_objects
 from colab_resume.protocol.manifest import FileEntry
+from colab_resume.protocol.objects import OBJECT_DIR, SharedObjects, array_digest
 
 # The loss-scale variables of a LossScaleOptimizer (mixed_float16 only).
 LOSS_SCALE = "loss_scale"
@@ -164,6 +177,17 @@ class ArrayState:
         shard_bytes: about how many bytes of tensors one file holds.
         write_behind: leave serialising and writing the files to
             :meth:`sync` (the upload thread); else :meth:`write` does it.
+        frozen: ``"once"``: the arrays no training step changes
+            (:mod:`.frozen`) go to shared objects, written by the first
+            save and then only referenced; ``"rebuild"``: they are stored
+            nowhere, each checkpoint records their SHA-256, and a restore
+            checks that ``build_model()`` made them again; ``"every"``:
+            into every checkpoint's own files.
+
+    Attributes:
+        shared: the shared objects holding this state's frozen arrays that
+            the run directory is known to hold (a commit or a restore said
+            so); None until then, and with ``frozen="every"``.
 
     Raises:
         NotPortableError: a group is not made of variables.
@@ -175,24 +199,36 @@ class ArrayState:
         *,
         shard_bytes: int = 32 << 20,
         write_behind: bool = False,
+        frozen: str = EVERY,
     ) -> None:
         self.source = state
         self.shard_bytes = shard_bytes
         self.write_behind = write_behind
-        self._pending: tuple[str, dict[str, Any]] | None = None
+        self.frozen = frozen
+        self.shared: SharedObjects | None = None
+        # What the last write references, and the objects it wrote.
+        self._pending_shared: SharedObjects | None = None
+        self._pending_objects: list[ObjectFile] = []
+        # Objects found damaged at restore: uploaded again, whatever is there.
+        self._rewrite: set[str] = set()
+        self._pending: tuple[str, dict[str, Any], dict[str, Any]] | None = None
         # File name -> (size, CRC32C) of the shards the last sync wrote.
         self.written: dict[str, tuple[int, str]] = {}
         self._setup()
 
     def _setup(self) -> None:
-        # TensorFlow: one traced read of them all (None: not traced yet;
-        # False: it cannot be).
+        # TensorFlow: one traced read of the variables a save copies (None:
+        # not traced yet; False: it cannot be), and which ones it reads.
         self._reader: Any = None
+        self._reader_over: tuple[int, ...] = ()
         self._groups = portable_groups(self.source)
         self.structure: dict[str, Any] = {
             group: [describe(v) for v in variables]
             for group, variables in self._groups.items()
         }
+        self._frozen = (
+            [] if self.frozen == EVERY else frozen_tensors(self.source, self._groups)
+        )
 
     def outdated(self) -> bool:
         """True once the state's variables are not the ones this object lists
@@ -214,8 +250,8 @@ class ArrayState:
                 total += size * numpy_dtype(str(v.dtype)).itemsize
         return total
 
-    def _snapshots(self) -> list[Any]:
-        """:func:`_snapshot` of every variable, in group order.
+    def _snapshots(self, variables: list[Any]) -> list[Any]:
+        """:func:`_snapshot` of ``variables``, in their order.
 
         On TensorFlow one ``tf.function`` reads them all: a read per
         variable costs tens of microseconds of eager dispatch each, which
@@ -226,25 +262,47 @@ class ArrayState:
         first seconds then has one); the first save reads eagerly.
         """
         reader = self._reader
-        if reader:
+        if reader and self._reader_over == tuple(id(v) for v in variables):
             try:
                 return [_kept_on_cpu(t) for t in reader()]
             except Exception:  # a variable kind tf.function cannot read
                 self._reader = False
-        return [_snapshot(v) for v in self._variables()]
+        return [_snapshot(v) for v in variables]
 
-    def _variables(self) -> list[Any]:
-        """Every variable, in group order (the order of the tensors' names)."""
-        return [v for group in self._groups.values() for v in group]
+    def _named(self) -> dict[str, Any]:
+        """Tensor name -> variable, in group order."""
+        return {
+            tensor_name(group, i): v
+            for group, variables in self._groups.items()
+            for i, v in enumerate(variables)
+        }
+
+    def _stored(self) -> bool:
+        """Whether the run directory holds exactly this state's frozen arrays."""
+        return bool(self._frozen) and (
+            self.shared is not None and set(self.shared.digests()) == set(self._frozen)
+        )
+
+    def _to_copy(self) -> dict[str, Any]:
+        """The variables a save copies: all but those stored as objects."""
+        named = self._named()
+        if self._stored():
+            for name in self._frozen:
+                del named[name]
+        return named
 
     def _trace_reader(self) -> None:
-        """Trace the one-call read of every variable (TensorFlow), once."""
-        if self._reader is not None:
+        """Trace the one-call read of what a save copies (TensorFlow), once
+        for each set of variables."""
+        variables = list(self._to_copy().values())
+        over = tuple(id(v) for v in variables)
+        if self._reader is False or (self._reader and self._reader_over == over):
             return
-        reader = backend.current().fused_reader(self._variables())
+        reader = backend.current().fused_reader(variables)
         if reader is None:  # JAX: the snapshot is a host copy anyway
             self._reader = False
             return
+        self._reader_over = over
         try:
             # Called once here, not only traced: TensorFlow optimises and
             # instantiates a function's graph at its first call, which
@@ -256,15 +314,20 @@ class ArrayState:
             self._reader = reader
 
     def write(self, prefix: str) -> None:
-        """Snapshot every variable (see :func:`_snapshot`); write the shards,
-        or leave that to :meth:`sync` with ``write_behind``."""
-        names = [
-            tensor_name(group, i)
-            for group, variables in self._groups.items()
-            for i in range(len(variables))
-        ]
-        arrays = dict(zip(names, self._snapshots(), strict=True))
-        self._pending = (prefix, arrays)
+        """Snapshot every variable a save copies (see :func:`_snapshot`):
+        all of them, or, once the frozen ones are stored as shared objects,
+        the others only; write the files, or leave that to :meth:`sync`
+        with ``write_behind``."""
+        named = self._to_copy()
+        arrays = dict(zip(named, self._snapshots(list(named.values())), strict=True))
+        frozen: dict[str, Any] = {}
+        if self._stored():
+            self._pending_shared = self.shared
+        else:
+            self._pending_shared = None
+            frozen = {name: arrays.pop(name) for name in self._frozen}
+        self._pending_objects = []
+        self._pending = (prefix, arrays, frozen)
         if not self.write_behind:
             self.sync()
 
@@ -279,14 +342,36 @@ class ArrayState:
         """
         pending, self._pending = self._pending, None
         if pending is not None:
-            prefix, snapshots = pending
+            prefix, snapshots, frozen = pending
             del pending
             arrays = {name: _to_host(snapshots.pop(name)) for name in list(snapshots)}
             self.written = write_shards(prefix, arrays, self.shard_bytes)
+            if frozen:
+                host = {name: _to_host(frozen.pop(name)) for name in list(frozen)}
+                if self.frozen == REBUILD:
+                    self._pending_shared = fingerprint(host)
+                    return
+                directory = os.path.join(os.path.dirname(prefix), OBJECT_DIR)
+                self._pending_shared, self._pending_objects = write_objects(
+                    directory, host, self.shard_bytes, rewrite=self._rewrite
+                )
 
     def committed(self) -> None:
-        """Trace the one-call read of every variable for the next saves."""
+        """Take the objects the commit referenced as stored; trace the
+        one-call read of what the next saves copy."""
+        if self._pending_shared is not None:
+            self.shared = self._pending_shared
+            self._rewrite = set()
+        self._pending_objects = []
         self._trace_reader()
+
+    def objects(self) -> tuple[SharedObjects | None, list[ObjectFile]]:
+        """See :meth:`~colab_resume.checkpoint.formats.StateWriter.objects`."""
+        return self._pending_shared, list(self._pending_objects)
+
+    def forget_objects(self) -> None:
+        """The next save writes the frozen arrays again."""
+        self.shared = None
 
     def restore(
         self,
@@ -294,6 +379,7 @@ class ArrayState:
         saved: dict[str, Any],
         files: Sequence[FileEntry] | None = None,
         arrived: Callable[[str], dict[str, Any] | None] | None = None,
+        objects: SharedObjects | None = None,
     ) -> list[str]:
         """Read the shards next to ``prefix`` into the live variables, by position.
 
@@ -308,6 +394,12 @@ class ArrayState:
             arrived: blocks until a file of ``files`` is downloaded and
                 verified: each shard is read as soon as it is, while the
                 next ones download.
+            objects: the shared objects holding the arrays ``files`` do
+                not; their files lie next to ``prefix``. One that is
+                missing or damaged is stood in for by the live arrays
+                (what ``build_model()`` made) where each matches the
+                SHA-256 the manifest records; the next save uploads it
+                again.
 
         Returns:
             Optional groups skipped because they did not match.
@@ -318,6 +410,8 @@ class ArrayState:
                 narrower integer variable it goes into.
             DamagedCheckpointError: the files do not hold what the manifest
                 lists (a tensor missing, of another shape or dtype...).
+            DamagedObjectError: a shared object is damaged and the live
+                arrays differ from what it held.
         """
         if build_pending_optimizers(self.source, self.structure, saved):
             self._setup()
@@ -327,16 +421,27 @@ class ArrayState:
             metrics_pending=metrics_pending(self.source),
         )
         listed = sum(len(v) for v in saved.values() if isinstance(v, list))
-        arrays = read_shards(prefix, files=files, tensors=listed, arrived=arrived)
+        if objects is not None and objects.rebuilt:
+            self._check_rebuilt(objects.rebuilt)
+        arrays, stood_in = self._read_objects(prefix, objects, listed, arrived)
+        arrays.update(read_shards(prefix, files=files, tensors=listed, arrived=arrived))
         if arrived is not None:
             for entry in files or ():  # the other files verify too, first
                 arrived(entry.name)
+        # Arrays the live state already holds: rebuilt ones (checked above)
+        # and those of a damaged object the live arrays stood in for.
+        live: set[str] = set()
+        if objects is not None:
+            live.update(objects.rebuilt)
+            live.update(t for name in stood_in for t in objects.holds(name))
         assignments = []
         for group, variables in self._groups.items():
             if group in skipped:
                 continue
             for i, variable in enumerate(variables):
                 name = tensor_name(group, i)
+                if name in live:
+                    continue  # it holds what the damaged object held
                 # check_fits passed: the manifest's entry is the variable's
                 # shape and dtype (integer widths aside).
                 value = _as_listed(name, arrays.get(name), saved[group][i])
@@ -355,7 +460,108 @@ class ArrayState:
                 assignments.append((variable, value, target))
         for variable, value, target in assignments:
             variable.assign(value.astype(target, copy=False))
+        self._adopt(objects, stood_in)
         return skipped
+
+    def _read_objects(
+        self,
+        prefix: str,
+        objects: SharedObjects | None,
+        listed: int,
+        arrived: Callable[[str], dict[str, Any] | None] | None,
+    ) -> tuple[dict[str, Any], list[str]]:
+        """The arrays of the shared objects, and the objects stood in for."""
+        arrays: dict[str, Any] = {}
+        stood_in: list[str] = []
+        for entry in objects.files if objects is not None else ():
+            assert objects is not None
+            holds = objects.holds(entry.name)
+            try:
+                early = arrived(entry.name) if arrived is not None else None
+                got = early
+                if got is None:
+                    path = os.path.join(os.path.dirname(prefix), entry.name)
+                    got = read_arrays(path, tensors=listed, entry=entry)
+                missing = sorted(set(holds) - set(got))
+                if missing:
+                    raise DamagedObjectError(
+                        entry.name, f"it lacks tensors {missing[:5]} the manifest lists"
+                    )
+            except DamagedCheckpointError as exc:
+                self._stand_in(entry.name, holds, exc)
+                stood_in.append(entry.name)
+                continue
+            arrays.update((name, got[name]) for name in holds)
+        return arrays, stood_in
+
+    def _stand_in(
+        self, name: str, holds: dict[str, str], damage: DamagedCheckpointError
+    ) -> None:
+        """Check that the live arrays are what damaged object ``name`` held.
+
+        Raises:
+            DamagedObjectError: they differ (or the model lacks them).
+        """
+        import numpy as np
+
+        live = self._named()
+        differ = [
+            tensor
+            for tensor, digest in sorted(holds.items())
+            if tensor not in live
+            or array_digest(np.asarray(_to_host(_snapshot(live[tensor])))) != digest
+        ]
+        if differ:
+            raise DamagedObjectError(
+                name,
+                f"{damage}; the arrays build_model() made differ from the ones it "
+                f"held ({len(differ)} of {len(holds)}: "
+                f"{', '.join(differ[:5])}), so they cannot stand in for it",
+            ) from None
+        self._rewrite.add(name)
+
+    def _check_rebuilt(self, rebuilt: dict[str, str]) -> None:
+        """Check the live frozen arrays against a checkpoint's fingerprint.
+
+        Raises:
+            FrozenArraysChangedError: some differ, naming them and the fix.
+        """
+        import numpy as np
+
+        live = self._named()
+        differ = [
+            tensor
+            for tensor, digest in sorted(rebuilt.items())
+            if tensor not in live
+            or array_digest(np.asarray(_to_host(_snapshot(live[tensor])))) != digest
+        ]
+        if differ:
+            described = ", ".join(
+                f"{name} ({live[name].path})" if name in live else name
+                for name in differ[:8]
+            )
+            raise FrozenArraysChangedError(
+                f"the checkpoint was trained with frozen='rebuild' on frozen arrays "
+                f"build_model() no longer makes: {len(differ)} of {len(rebuilt)} "
+                f"differ ({described}). It stores no copy of them, so training "
+                f"cannot continue exactly. Make build_model() load the same base "
+                f"(the same preset version and seed), or start a new run_dir; "
+                f"frozen='once' stores the base with the run.",
+                differ,
+            )
+
+    def _adopt(self, objects: SharedObjects | None, stood_in: list[str]) -> None:
+        """After a restore: what the run directory holds of the frozen arrays
+        (or, with ``"rebuild"``, their fingerprint, checked just now)."""
+        self.shared = None
+        if objects is None or stood_in or not self._frozen:
+            return
+        if set(objects.digests()) != set(self._frozen):
+            return
+        if self.frozen == REBUILD:
+            self.shared = SharedObjects(files=(), arrays={}, rebuilt=objects.digests())
+        elif not objects.rebuilt:
+            self.shared = objects
 
 
 def _as_listed(name: str, value: Any, listed: list[Any]) -> Any:
