@@ -19,14 +19,14 @@ import base64
 import dataclasses
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from colab_resume.errors import CorruptRecordError
 from colab_resume.parsing import short
+from colab_resume.protocol.files import FileEntry as FileEntry  # re-exported
+from colab_resume.protocol.files import check_plain_name
+from colab_resume.protocol.objects import SharedObjects
 from colab_resume.storage.checksum import StreamingCrc32c
-
-if TYPE_CHECKING:
-    from colab_resume.protocol.objects import SharedObjects
 
 FORMAT = "colab_resume.checkpoint/1"
 _CHUNK = 1 << 20
@@ -50,30 +50,6 @@ def crc32c_file(path: str) -> str:
 
 def _encode(value: int) -> str:
     return base64.b64encode(value.to_bytes(4, "big")).decode("ascii")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FileEntry:
-    """One file of a checkpoint.
-
-    Attributes:
-        name: file name inside the checkpoint directory (no ``/``).
-        size: bytes.
-        crc32c: GCS-style CRC32C (base64, big-endian).
-    """
-
-    name: str
-    size: int
-    crc32c: str
-
-    def __post_init__(self) -> None:
-        _check_plain_name("FileEntry.name", self.name)
-        if not isinstance(self.size, int) or self.size < 0:
-            raise ValueError(f"FileEntry.size must be an int >= 0, got {self.size!r}.")
-        if not isinstance(self.crc32c, str) or len(self.crc32c) != 8:
-            raise ValueError(
-                f"FileEntry.crc32c must be 8 base64 characters, got {self.crc32c!r}."
-            )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -141,9 +117,9 @@ class Manifest:
         # The prefix is joined to the download directory and handed to
         # TensorFlow: an absolute path or '..' would read any checkpoint on
         # the local disk instead of the files just verified.
-        _check_plain_name("Manifest.prefix", self.prefix)
+        check_plain_name("Manifest.prefix", self.prefix)
         if self.state_format is not None:
-            _check_plain_name("Manifest.state_format", self.state_format)
+            check_plain_name("Manifest.state_format", self.state_format)
         strays = [n for n in names if not n.startswith(f"{self.prefix}.")]
         if strays:
             raise ValueError(
@@ -237,21 +213,8 @@ class Manifest:
 
 
 def _objects_of(value: dict[str, Any]) -> SharedObjects | None:
-    # Imported here: the objects module builds on this one's FileEntry.
-    from colab_resume.protocol.objects import SharedObjects
-
     raw = value.get("objects")
     return None if raw is None else SharedObjects.from_json(raw)
-
-
-def _check_plain_name(field: str, name: Any) -> None:
-    if (
-        not isinstance(name, str)
-        or not name
-        or name.startswith(".")
-        or any(c in name for c in "/\\\0")
-    ):
-        raise ValueError(f"{field} must be a plain file name, got {name!r}.")
 
 
 def _check_agent_extras(extras: dict[str, Any]) -> None:

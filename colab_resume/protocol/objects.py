@@ -30,7 +30,7 @@ import hashlib
 import re
 from typing import Any
 
-from colab_resume.protocol.manifest import FileEntry
+from colab_resume.protocol.files import FileEntry
 
 OBJECT_DIR = "objects"
 _OBJECT_RE = re.compile(r"[0-9a-f]{64}\.safetensors")
