@@ -66,7 +66,7 @@ from collections.abc import Iterable
 from colab_resume.checkpoint.cadence import Evidence, young_interval
 from colab_resume.heartbeat.liveness import RunStatus
 from colab_resume.protocol.listing import RunListing
-from colab_resume.report.history import RunHistory
+from colab_resume.report.history import HistoryReader, RunHistory
 from colab_resume.report.sessions import (
     DIED,
     TAKEN_OVER,
@@ -180,6 +180,8 @@ class Goodput:
         chosen: what ``save_every="auto"`` last said it chose, if it ran.
         unmeasured: why no figure could be derived at all (see
             :func:`measure`), None where one was.
+        history_left_out: older history chunks a bounded read left out
+            (``status``): the figures are the newest sessions' then.
     """
 
     total: float
@@ -197,6 +199,7 @@ class Goodput:
     notes: tuple[str, ...] = ()
     chosen: str | None = None
     unmeasured: str | None = None
+    history_left_out: int = 0
 
     @classmethod
     def not_measured(cls, why: str) -> Goodput:
@@ -234,7 +237,13 @@ class Goodput:
                 bound = _bound_mark(self, bucket)
                 parts.append(f"{SHORT[bucket]} {bound}{share:.1%}")
         detail = f" ({', '.join(parts)})" if parts else ""
-        return f"goodput {figure:.1%} of {duration(self.total)}{detail}"
+        partial = (
+            f"; newest history only, {self.history_left_out} older chunks left "
+            f"out: 'colab-resume report' reads them all"
+            if self.history_left_out
+            else ""
+        )
+        return f"goodput {figure:.1%} of {duration(self.total)}{detail}{partial}"
 
     def table(self) -> list[str]:
         """The report's lines: every bucket, the step time, the best cadence."""
@@ -294,6 +303,7 @@ class Goodput:
             "notes": list(self.notes),
             "save_every_auto": self.chosen,
             "not_measured": self.unmeasured,
+            "history_chunks_left_out": self.history_left_out,
         }
 
 
@@ -388,6 +398,7 @@ def compute(report: RunReport) -> Goodput:
         at_least=frozenset({WASTED}) if deaths else frozenset(),
         at_most=frozenset({RECOVERY}) if deaths else frozenset(),
         notes=tuple(notes),
+        history_left_out=history.left_out,
     )
     run = tally_sum(tallies.values())
     cadence = best_cadence(result, run.saves, run.save_price)
@@ -559,6 +570,7 @@ def read_goodput(
     *,
     listing: RunListing | None = None,
     holder: RunStatus | None = None,
+    history_bytes: int | None = None,
 ) -> Goodput:
     """The goodput of the run in ``storage``, read from its run directory.
 
@@ -566,8 +578,11 @@ def read_goodput(
         live: tallies newer than the history holds (a session asking about
             itself), by lease.
         listing, holder: already read by the caller (``status``).
+        history_bytes: read only the newest history chunks within this
+            many bytes (``status``); None: all of it.
     """
-    report = read_report(storage, listing=listing, holder=holder)
+    reader = HistoryReader(storage, newest_bytes=history_bytes)
+    report = read_report(storage, reader, listing=listing, holder=holder)
     report.history.timings.update(live or {})
     return measure(report)
 

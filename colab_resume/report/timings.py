@@ -175,12 +175,13 @@ def mean_save(seconds: float, saves: int, setup: float, firsts: int) -> float | 
 def tally_sum(tallies: Iterable[Timings]) -> Timings:
     """Every field of ``tallies`` summed, each tally :meth:`~Timings.clamped`
     first: the one home of "what these sessions measured together"."""
-    total = Timings()
+    names = [field.name for field in dataclasses.fields(Timings)]
+    sums = dict.fromkeys(names, 0)
     for tally in tallies:
-        for field in dataclasses.fields(Timings):
-            name = field.name
-            setattr(total, name, getattr(total, name) + getattr(tally.clamped(), name))
-    return total
+        clean = tally.clamped()
+        for name in names:
+            sums[name] += getattr(clean, name)
+    return Timings(**sums)
 
 
 _launch_counted = False

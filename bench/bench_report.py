@@ -1,0 +1,147 @@
+"""Report and status time against the history's size.
+
+Plants a run directory on the local disk whose history is ``MB`` megabytes
+of chunks as sessions write them (samples, events, a tally each), spread
+over many sessions (one chunk, one lease record and one heartbeat each),
+then times, each in the same process:
+
+* ``report``: :func:`read_report` and the goodput (what ``colab-resume
+  report`` does before it draws);
+* ``status``: ``colab-resume status`` (the verdict and the goodput line,
+  from a bounded tail of the history);
+* ``auto start``: what a ``save_every="auto"`` session reads before its
+  first step (:func:`evidence_before`).
+
+Run: ``python bench/bench_report.py [--sizes 1 4 16 64 100]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+
+from colab_resume.cli import main as cli
+from colab_resume.report import goodput as gp
+from colab_resume.report.goodput import evidence_before
+from colab_resume.report.history import chunk_path
+from colab_resume.report.sessions import read_report
+from colab_resume.storage import Storage
+
+# `measure` came with the total arithmetic: the bench runs on the versions
+# before it too, for the comparison in the guide.
+measure = getattr(gp, "measure", gp.compute)
+CHUNKS_PER_SESSION = 1
+POINTS_PER_CHUNK = 60
+EVENTS_PER_CHUNK = 60
+
+
+def chunk(lease: int, seq: int, now: float, step: int) -> dict:
+    """One history chunk as a session writes it (about 20 KB)."""
+    points = [
+        [step + i, now + i, {"loss": 1.0 / (1 + step + i), "accuracy": 0.5}]
+        for i in range(POINTS_PER_CHUNK)
+    ]
+    events = [
+        {
+            "time": now + i,
+            "kind": "checkpoint.committed" if i % 6 == 0 else "checkpoint.saved",
+            "level": "info",
+            "step": step + i,
+            "message": f"step-{step + i:09d}-lease-{lease:08d} committed " + "x" * 120,
+        }
+        for i in range(EVENTS_PER_CHUNK)
+    ]
+    if seq == 0:
+        events[0] = {**events[0], "kind": "run.resumed_at", "message": "resumed"}
+    return {
+        "format": 1,
+        "lease": lease,
+        "seq": seq,
+        "session_id": f"s{lease}",
+        "written_at": now,
+        "points": points,
+        "events": events,
+        "timings": {"steps": step + 60, "step_seconds": 0.01 * (step + 60),
+                    "saves": 10 + seq, "save": 0.1 * (10 + seq), "first_saves": 1,
+                    "connect": 2.0, "build": 1.0, "first_step": 0.5,
+                    "first_steps": 1},
+    }  # fmt: skip
+
+
+def plant(run_dir: str, megabytes: float) -> tuple[int, int]:
+    """A history of about ``megabytes`` MB; returns (sessions, chunks)."""
+    storage = Storage(run_dir)
+    now = time.time() - 86_400
+    storage.write_json(
+        "run.json", {"run_id": "bench", "created_at": now, "package_version": "0"}
+    )
+    one = len(json.dumps(chunk(1, 0, now, 0)))
+    chunks = max(1, int(megabytes * 1e6 / one))
+    sessions = -(-chunks // CHUNKS_PER_SESSION)
+    for lease in range(1, sessions + 1):
+        storage.write_json(
+            f"lease/{lease:08d}.json",
+            {"lease": lease, "session_id": f"s{lease}", "host": "h", "pid": 1,
+             "created_at": now, "package_version": "0", "heartbeat_seconds": 10.0,
+             "dead_after_seconds": 60.0, "stall_after_seconds": 600.0},
+        )  # fmt: skip
+        storage.write_json(
+            f"heartbeat/{lease:08d}.json",
+            {"session_id": f"s{lease}", "host": "h", "lease": lease, "beat": 9,
+             "state": "stopped" if lease % 3 else "training",
+             "step": lease * 300, "progress_at": now, "since_progress_s": 0.0,
+             "written_at": now},
+        )  # fmt: skip
+    for n in range(chunks):
+        lease, seq = 1 + n // CHUNKS_PER_SESSION, n % CHUNKS_PER_SESSION
+        path = os.path.join(run_dir, chunk_path(lease, seq))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as file:
+            json.dump(chunk(lease, seq, now + n * 100, lease * 300), file)
+    return sessions, chunks
+
+
+def timed(action: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    action()
+    return time.perf_counter() - began
+
+
+def status(run_dir: str) -> None:
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert cli(["status", run_dir]) == 0
+    assert "goodput" in out.getvalue(), out.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1, 4, 16, 64, 100])
+    args = parser.parse_args()
+    print("| history | sessions | chunks | report | status | auto start |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for size in args.sizes:
+        print(row(size), flush=True)
+
+
+def row(size: float) -> str:
+    """The table's row for a history of ``size`` MB."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        sessions, chunks = plant(run_dir, size)
+        storage = Storage(run_dir)
+        report = timed(lambda: measure(read_report(storage)))
+        told = timed(lambda: status(run_dir))
+        auto = timed(lambda: evidence_before(storage, sessions + 1))
+    return (
+        f"| {size:g} MB | {sessions:,} | {chunks:,} | {report:.2f} s | "
+        f"{told:.2f} s | {auto:.2f} s |"
+    )
+
+
+if __name__ == "__main__":
+    main()
