@@ -12,6 +12,8 @@ infinite), and every caller treats a failure there as "not measured".
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import json
 import math
@@ -217,3 +219,28 @@ def test_evidence_of_any_value_gives_an_interval_within_bounds(value):
     for now in (Timings(), Timings(step_seconds=value, save=value, saves=2)):
         choice = AutoCadence(evidence, now, floor=2.0, ceiling=600.0).choose()
         assert math.isfinite(choice.seconds) and 2.0 <= choice.seconds <= 600.0
+
+
+def test_readers_say_not_measured_where_the_arithmetic_fails(tmp_path, monkeypatch):
+    """The arithmetic is total now, so its failure is injected (a stand-in:
+    no real record makes it fail any more); ``report``, ``status`` and an
+    ``"auto"`` session's evidence each carry on and say so."""
+    from colab_resume.cli import main
+
+    run_dir = str(tmp_path / "run")
+    plant_dead_session_with_a_tally(run_dir, NO_STEP_KEPT)
+
+    def broken(report):  # type: ignore[no-untyped-def]
+        raise ArithmeticError("planted")
+
+    monkeypatch.setattr(gp, "compute", broken)
+    for command in (
+        ["status", run_dir],
+        ["report", run_dir, "-o", str(tmp_path / "r.png")],
+    ):
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            assert main(command) == 0
+        assert "goodput: not measured (ArithmeticError: planted)" in out.getvalue()
+    # No training or failure figure; the saves' own tally still counts.
+    evidence = gp.evidence_before(Storage(run_dir), lease=2)
+    assert (evidence.training, evidence.failures, evidence.saves) == (0.0, 0, 2)
