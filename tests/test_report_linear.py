@@ -152,8 +152,12 @@ def test_status_reads_the_newest_history_within_its_budget(
         assert cli(["status", run_dir, "--json"]) == 0
     figure = json.loads(out.getvalue())["goodput"]
     chunks_read = [p for p in read if p.startswith("history/")]
+    records_read = {p for p in read if p.startswith(("lease/", "heartbeat/"))}
     if budget == 1:  # at least the newest chunk, never more than fits
         assert chunks_read == [chunk_path(6, 0)]
         assert figure["history_chunks_left_out"] == 5
+        # The sessions are the tail's: older leases' records are not read.
+        assert records_read == {"lease/00000006.json", "heartbeat/00000006.json"}
     else:
         assert len(chunks_read) == 6 and figure["history_chunks_left_out"] == 0
+        assert len(records_read) == 12

@@ -128,8 +128,10 @@ class RunHistory:
     problems: list[str] = dataclasses.field(default_factory=list)
     # lease -> what its newest chunk said it had measured
     timings: dict[int, Timings] = dataclasses.field(default_factory=dict)
-    # Older chunks a bounded read (``HistoryReader(newest_bytes=...)``) left out.
+    # Older chunks a bounded read (``HistoryReader(newest_bytes=...)``) left
+    # out, and the lease of the oldest chunk it read (None: all were read).
     left_out: int = 0
+    from_lease: int | None = None
 
 
 class HistoryRecorder:
@@ -350,6 +352,8 @@ class HistoryReader:
         if self.newest_bytes is not None:
             kept = _newest_within(names, sizes, self.newest_bytes)
             history.left_out, names = len(names) - kept, names[len(names) - kept :]
+            if history.left_out:
+                history.from_lease = names[0][0][0]
         if len(names) > MAX_CHUNKS_READ:
             history.problems.append(
                 f"{len(names)} history chunks; reading the newest {MAX_CHUNKS_READ}"

@@ -34,7 +34,9 @@ listed.
 Reading is linear in what is read: the history's samples and events are
 indexed by lease once (:class:`_ByLease`), and the sessions are the leases
 the run has (a lease the history names above the newest lease record never
-took the run; it is a problem, not a session).
+took the run; it is a problem, not a session). Where the history read is
+its newest chunks only (``status``), the sessions are those chunks' (from
+the oldest one's lease on): the records of older leases are not read.
 """
 
 from __future__ import annotations
@@ -205,6 +207,9 @@ def read_report(
         except CorruptRecordError as exc:  # an absurd lease: draw the history alone
             problems.append(str(exc))
             listing = RunListing(url=storage.url, leases=(), checkpoints=())
+    # A tail of the history (``status``): the sessions of its chunks.
+    oldest = history.from_lease or 0
+    to_read = [lease for lease in listing.leases if lease[0] >= oldest]
     beats_at = {
         info.path: info.updated for info in storage.list(rundir.HEARTBEAT_DIR + "/")
     }
@@ -213,8 +218,8 @@ def read_report(
         return _read_records(storage, *lease, beats_at)
 
     leases: dict[int, _Records] = {}
-    with ThreadPoolExecutor(max(1, min(16, len(listing.leases)))) as pool:
-        for found, trouble in pool.map(records, listing.leases):
+    with ThreadPoolExecutor(max(1, min(16, len(to_read)))) as pool:
+        for found, trouble in pool.map(records, to_read):
             leases[found.lease] = found
             problems += trouble
     for entry in listing.committed:
@@ -244,7 +249,7 @@ def read_report(
                     event.step
                 )
         read = _restored_from(event)
-        if read is not None and (newest is None or read.lease <= newest):
+        if read is not None and oldest <= read.lease <= (newest or read.lease):
             leases.setdefault(read.lease, _Records(read.lease)).commits.add(read.step)
     if holder is None and listing.leases:
         holder = read_status(storage, listing=listing)
