@@ -12,7 +12,11 @@ then times, each in the same process:
 * ``auto start``: what a ``save_every="auto"`` session reads before its
   first step (:func:`evidence_before`).
 
-Run: ``python bench/bench_report.py [--sizes 1 4 16 64 100]``.
+Each version is timed in a fresh process; ``--against DIR`` times another
+copy of the package (an earlier revision) on the same run directory, the
+two alternating, best of ``--rounds``.
+
+Run: ``python bench/bench_report.py [--sizes 1 4 16 64 100] [--against DIR]``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import contextlib
 import io
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -119,28 +125,65 @@ def status(run_dir: str) -> None:
     assert "goodput" in out.getvalue(), out.getvalue()
 
 
+def measure_here(run_dir: str, sessions: int) -> dict[str, float]:
+    """The three times, in this process (the colab_resume it imports)."""
+    storage = Storage(run_dir)
+    return {
+        "report": timed(lambda: measure(read_report(storage))),
+        "status": timed(lambda: status(run_dir)),
+        "auto": timed(lambda: evidence_before(storage, sessions + 1)),
+    }
+
+
+def measure_in(code: str | None, run_dir: str, sessions: int) -> dict[str, float]:
+    """The three times in a fresh process importing colab_resume from
+    ``code`` (a directory holding the package; None: this checkout's)."""
+    env = dict(os.environ)
+    if code is not None:
+        env["PYTHONPATH"] = code
+    done = subprocess.run(
+        [sys.executable, __file__, "--measure", run_dir, str(sessions)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    times: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 4, 16, 64, 100])
-    args = parser.parse_args()
-    print("| history | sessions | chunks | report | status | auto start |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    for size in args.sizes:
-        print(row(size), flush=True)
-
-
-def row(size: float) -> str:
-    """The table's row for a history of ``size`` MB."""
-    with tempfile.TemporaryDirectory() as run_dir:
-        sessions, chunks = plant(run_dir, size)
-        storage = Storage(run_dir)
-        report = timed(lambda: measure(read_report(storage)))
-        told = timed(lambda: status(run_dir))
-        auto = timed(lambda: evidence_before(storage, sessions + 1))
-    return (
-        f"| {size:g} MB | {sessions:,} | {chunks:,} | {report:.2f} s | "
-        f"{told:.2f} s | {auto:.2f} s |"
+    parser.add_argument(
+        "--against",
+        help="a directory holding another colab_resume package (e.g. from "
+        "'git archive REV colab_resume | tar -x -C DIR'): timed side by side",
     )
+    parser.add_argument("--rounds", type=int, default=1, help="best of N, each")
+    parser.add_argument("--measure", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure_here(args.measure[0], int(args.measure[1]))))
+        return
+    versions = [None] + ([args.against] if args.against else [])
+    names = ["this"] + (["against"] if args.against else [])
+    columns = [f"{what} ({name})" for what in ("report", "status", "auto start")
+               for name in names]  # fmt: skip
+    print(f"| history | sessions | {' | '.join(columns)} |")
+    print(f"|---:|---:|{'---:|' * len(columns)}")
+    for size in args.sizes:
+        with tempfile.TemporaryDirectory() as run_dir:
+            sessions, _ = plant(run_dir, size)
+            best: list[dict[str, float]] = [{} for _ in versions]
+            for _ in range(args.rounds):  # alternating: both see the same load
+                for i, code in enumerate(versions):
+                    times = measure_in(code, run_dir, sessions)
+                    for key, value in times.items():
+                        best[i][key] = min(best[i].get(key, value), value)
+        cells = [f"{best[i][key]:.2f} s" for key in ("report", "status", "auto")
+                 for i in range(len(versions))]  # fmt: skip
+        print(f"| {size:g} MB | {sessions:,} | {' | '.join(cells)} |", flush=True)
 
 
 if __name__ == "__main__":
