@@ -43,15 +43,16 @@ from colab_resume.storage import Storage
 # before it too, for the comparison in the guide.
 measure = getattr(gp, "measure", gp.compute)
 CHUNKS_PER_SESSION = 1
-POINTS_PER_CHUNK = 60
-EVENTS_PER_CHUNK = 60
+# Samples and events a chunk (``--per-chunk``): 60 makes a chunk of about
+# 20 KB; 10 one of about 4 KB, and 5,000 sessions in 20 MB.
+PER_CHUNK = 60
 
 
-def chunk(lease: int, seq: int, now: float, step: int) -> dict:
-    """One history chunk as a session writes it (about 20 KB)."""
+def chunk(lease: int, seq: int, now: float, step: int, per: int = PER_CHUNK) -> dict:
+    """One history chunk as a session writes it, ``per`` samples and events."""
     points = [
         [step + i, now + i, {"loss": 1.0 / (1 + step + i), "accuracy": 0.5}]
-        for i in range(POINTS_PER_CHUNK)
+        for i in range(per)
     ]
     events = [
         {
@@ -61,7 +62,7 @@ def chunk(lease: int, seq: int, now: float, step: int) -> dict:
             "step": step + i,
             "message": f"step-{step + i:09d}-lease-{lease:08d} committed " + "x" * 120,
         }
-        for i in range(EVENTS_PER_CHUNK)
+        for i in range(per)
     ]
     if seq == 0:
         events[0] = {**events[0], "kind": "run.resumed_at", "message": "resumed"}
@@ -80,14 +81,14 @@ def chunk(lease: int, seq: int, now: float, step: int) -> dict:
     }  # fmt: skip
 
 
-def plant(run_dir: str, megabytes: float) -> tuple[int, int]:
+def plant(run_dir: str, megabytes: float, per: int = PER_CHUNK) -> tuple[int, int]:
     """A history of about ``megabytes`` MB; returns (sessions, chunks)."""
     storage = Storage(run_dir)
     now = time.time() - 86_400
     storage.write_json(
         "run.json", {"run_id": "bench", "created_at": now, "package_version": "0"}
     )
-    one = len(json.dumps(chunk(1, 0, now, 0)))
+    one = len(json.dumps(chunk(1, 0, now, 0, per)))
     chunks = max(1, int(megabytes * 1e6 / one))
     sessions = -(-chunks // CHUNKS_PER_SESSION)
     for lease in range(1, sessions + 1):
@@ -109,7 +110,7 @@ def plant(run_dir: str, megabytes: float) -> tuple[int, int]:
         path = os.path.join(run_dir, chunk_path(lease, seq))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w") as file:
-            json.dump(chunk(lease, seq, now + n * 100, lease * 300), file)
+            json.dump(chunk(lease, seq, now + n * 100, lease * 300, per), file)
     return sessions, chunks
 
 
@@ -161,6 +162,9 @@ def main() -> None:
         "'git archive REV colab_resume | tar -x -C DIR'): timed side by side",
     )
     parser.add_argument("--rounds", type=int, default=1, help="best of N, each")
+    parser.add_argument(
+        "--per-chunk", type=int, default=PER_CHUNK, help="samples and events a chunk"
+    )
     parser.add_argument("--measure", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -174,7 +178,7 @@ def main() -> None:
     print(f"|---:|---:|{'---:|' * len(columns)}")
     for size in args.sizes:
         with tempfile.TemporaryDirectory() as run_dir:
-            sessions, _ = plant(run_dir, size)
+            sessions, _ = plant(run_dir, size, args.per_chunk)
             best: list[dict[str, float]] = [{} for _ in versions]
             for _ in range(args.rounds):  # alternating: both see the same load
                 for i, code in enumerate(versions):
