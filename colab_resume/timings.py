@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from colab_resume import procfs
@@ -93,6 +94,27 @@ class Timings:
         """Seconds of one steady step, None before one was measured."""
         return self.step_seconds / self.steps if self.steps else None
 
+    @property
+    def save_price(self) -> float | None:
+        """What one more save costs (:func:`mean_save` of this tally's saves)."""
+        return mean_save(self.save, self.saves, self.save_setup, self.first_saves)
+
+    def clamped(self) -> Timings:
+        """This tally with every field a finite number in range (NaN, a
+        negative or an absurd figure as 0 or the bound): what arithmetic on
+        tallies may assume, whoever built them."""
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            counted = field.type in (int, "int")
+            limit = MAX_COUNT if counted else MAX_SECONDS
+            if not is_number(value) or value < 0:
+                value = 0
+            values[field.name] = (
+                int(min(value, limit)) if counted else float(min(value, limit))
+            )
+        return Timings(**values)
+
     @contextlib.contextmanager
     def measure(self, field: str) -> Iterator[None]:
         """``with timings.measure("build"):`` adds the block's seconds to ``field``."""
@@ -144,10 +166,26 @@ def mean_save(seconds: float, saves: int, setup: float, firsts: int) -> float | 
     """What one more save costs the training thread: the mean of the saves
     that were not a build's first, less what an epoch pays once
     (:attr:`Timings.save_setup`); every save whole while only firsts were
-    measured; None before any save."""
-    if saves > firsts:
+    measured; None before any save, or where the figures give no finite
+    price (a figure read from the run directory never stops a reader)."""
+    if saves > firsts >= 0:
         seconds, saves = seconds - setup, saves - firsts
-    return max(0.0, seconds) / saves if saves else None
+    if saves <= 0 or not math.isfinite(seconds):
+        return None
+    price = max(0.0, seconds) / saves
+    return price if math.isfinite(price) else None
+
+
+def tally_sum(tallies: Iterable[Timings]) -> Timings:
+    """Every field of ``tallies`` summed, each tally :meth:`~Timings.clamped`
+    first: the one home of "what these sessions measured together"."""
+    names = [field.name for field in dataclasses.fields(Timings)]
+    sums = dict.fromkeys(names, 0)
+    for tally in tallies:
+        clean = tally.clamped()
+        for name in names:
+            sums[name] += getattr(clean, name)
+    return Timings(**sums)
 
 
 _launch_counted = False
@@ -172,8 +210,12 @@ def script_launch_seconds(now: Callable[[], float] = time.time) -> float:
 
 def duration(seconds: float | None) -> str:
     """``2h04m``, ``3m05s``, ``42s``, ``0.4s``."""
-    if seconds is None:
+    if seconds is None or math.isnan(seconds):
         return "-"
+    if seconds < 0:
+        return f"-{duration(-seconds)}"
+    if math.isinf(seconds):
+        return "forever"
     if seconds < 10:
         return f"{seconds:.1f}s"
     whole = int(round(seconds))

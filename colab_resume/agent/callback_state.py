@@ -33,6 +33,7 @@ from typing import Any
 
 from colab_resume import backend
 from colab_resume.errors import ColabResumeError
+from colab_resume.protocol.extras import PROTOCOL
 
 GET, SET = "get_resume_state", "set_resume_state"
 
@@ -201,6 +202,17 @@ def _handler(cb: Any) -> tuple[Any, Any] | None:
     return None
 
 
+def _keeper(cb: Any) -> str | None:
+    """Who keeps ``cb``'s state: its own protocol, or the handler of the
+    Keras built-in it is (by the built-in's name); None: nobody."""
+    if has_protocol(cb):
+        return PROTOCOL
+    for cls in type(cb).__mro__:
+        if cls in _builtin_handlers():
+            return cls.__name__
+    return None
+
+
 def has_protocol(cb: Any) -> bool:
     return callable(getattr(cb, GET, None)) and callable(getattr(cb, SET, None))
 
@@ -258,7 +270,9 @@ def capture(callbacks: Sequence[Any]) -> list[dict[str, Any] | None]:
         else:
             state = None
         states.append(
-            None if state is None else {"class": type(cb).__name__, "state": state}
+            None
+            if state is None
+            else {"class": type(cb).__name__, "state": state, "kept_by": _keeper(cb)}
         )
     return states
 
@@ -284,6 +298,17 @@ def apply(
         entry = saved[index] if index < len(saved) else None
         if not isinstance(entry, dict):
             continue
+        kept_by = entry.get("kept_by")
+        if kept_by is not None and kept_by != _keeper(cb):
+            # Its state was written by another keeper (a built-in's handler,
+            # the callback's own protocol): this one never reads it.
+            warnings.append(
+                f"callback #{index} ({type(cb).__name__}) keeps its state by "
+                f"{_said(_keeper(cb))}, the checkpoint's was kept by "
+                f"{_said(kept_by)}: not restored (pass the same callbacks to "
+                f"continue them)"
+            )
+            continue
         if entry.get("class") != type(cb).__name__:
             warnings.append(
                 f"callback #{index} is {type(cb).__name__} but the checkpoint holds "
@@ -299,6 +324,12 @@ def apply(
             continue
         resumed.add(index)
     return resumed, warnings
+
+
+def _said(keeper: Any) -> str:
+    if keeper == PROTOCOL:
+        return "its own get_resume_state"
+    return f"the agent's {keeper} handler" if keeper else "nobody"
 
 
 class ArraySlots:

@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable
 
 from colab_resume import defaults
-from colab_resume.timings import Timings, duration, mean_save
+from colab_resume.timings import MAX_SECONDS, Timings, duration, tally_sum
 
 PRIOR_BETWEEN_FAILURES = defaults.PRIOR_BETWEEN_FAILURES_SECONDS  # M₀
 PRIOR_WEIGHT = defaults.PRIOR_WEIGHT_FAILURES  # k
@@ -50,6 +50,29 @@ CEILING_SECONDS = defaults.AUTO_SAVE_CEILING_SECONDS
 # The share of a store's daily upload allowance a cadence may take.
 BUDGET_SHARE = 0.5
 DAY = 86_400.0
+# A save measured at 0 s still costs something: the interval stays finite.
+LEAST_SAVE_SECONDS = 1e-6
+
+
+def young_interval(cost: float, between: float) -> float | None:
+    """``τ = √(2·C·M)``: Young's interval for saves costing ``cost`` seconds
+    and failures ``between`` seconds of training apart (see the module
+    docstring). The one home of the rule, for ``save_every="auto"`` and
+    the report's best fixed cadence alike.
+
+    Returns:
+        Seconds of training between saves; None where either figure is not
+        a finite number above 0 (nothing to choose from).
+    """
+    if not (_positive(cost) and _positive(between)):
+        return None
+    # Two roots, not the root of a product: 1e300 · 1e300 would overflow.
+    interval = math.sqrt(2.0 * cost) * math.sqrt(between)
+    return interval if math.isfinite(interval) else None
+
+
+def _positive(value: float) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +94,29 @@ class Evidence:
     saves: int = 0
     save_setup: float = 0.0
     first_saves: int = 0
+
+    @classmethod
+    def of(cls, training: float, failures: int, tally: Timings) -> Evidence:
+        """What sessions that trained ``training`` seconds, failed
+        ``failures`` times and measured ``tally`` (summed) showed."""
+        return cls(
+            training=training,
+            failures=failures,
+            save_seconds=tally.save,
+            saves=tally.saves,
+            save_setup=tally.save_setup,
+            first_saves=tally.first_saves,
+        )
+
+    @property
+    def tally(self) -> Timings:
+        """The saves as a tally, to sum with a live one."""
+        return Timings(
+            save=self.save_seconds,
+            saves=self.saves,
+            save_setup=self.save_setup,
+            first_saves=self.first_saves,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,24 +178,29 @@ class AutoCadence:
 
     def choose(self) -> Choice:
         """The interval now, from everything measured so far."""
-        ev, now = self.evidence, self.timings
-        saves = ev.saves + now.saves
-        firsts = ev.first_saves + now.first_saves
+        ev, now = self.evidence, self.timings.clamped()
+        run = tally_sum([ev.tally, now])
         # Only builds' first saves measured: they price little but their
         # own setup, so none is taken as a save's cost yet.
-        cost = None
-        if saves > firsts:
-            spent = ev.save_seconds + now.save
-            cost = mean_save(spent, saves, ev.save_setup + now.save_setup, firsts)
-        trained = ev.training + now.step_seconds + now.first_step
-        failures = ev.failures + now.recoveries
+        cost = run.save_price if run.saves > run.first_saves else None
+        # Each part clamped: evidence read from the run directory may hold
+        # any number, and a figure never stops a session.
+        trained = sum(
+            min(v, MAX_SECONDS) if _positive(v) else 0.0
+            for v in (ev.training, now.step_seconds, now.first_step)
+        )
+        failures = max(0, ev.failures) + now.recoveries
         between = (trained + PRIOR_WEIGHT * self.prior) / (failures + PRIOR_WEIGHT)
-        if cost is None:
-            # A first save, to measure one; then one more at once, as a
-            # build's first save costs tens of times a later one.
-            seconds, limited = self.floor, None
-        else:
-            seconds, limited = math.sqrt(2 * max(cost, 1e-6) * between), None
+        interval = (
+            young_interval(max(cost, LEAST_SAVE_SECONDS), between)
+            if cost is not None
+            else None
+        )
+        # Unmeasured (a first save, to measure one; then one more at once,
+        # as a build's first save costs tens of times a later one), or no
+        # finite figure: the floor.
+        seconds = self.floor if interval is None else interval
+        limited: str | None = None
         if seconds < self.floor:
             seconds, limited = self.floor, "floor"
         if seconds > self.ceiling:

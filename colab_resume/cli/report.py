@@ -37,7 +37,7 @@ def report(storage: Storage, output: str) -> str:
     from colab_resume.report.plot import render
 
     run = read_report(storage)
-    measured = goodput.compute(run)
+    measured = goodput.measure(run)
     png = render(run, title=storage.url, goodput=measured)
     with open(output, "wb") as file:
         file.write(png)

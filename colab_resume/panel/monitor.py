@@ -80,7 +80,7 @@ class MonitorPanel(PanelBox):
             if time.monotonic() >= self._goodput_due and self.status.lease:
                 report = read_report(self.storage, self.reader)
                 history = report.history
-                self._goodput = goodput.compute(report).one_line()
+                self._goodput = goodput.measure(report).one_line()
                 self._goodput_due = time.monotonic() + GOODPUT_EVERY_SECONDS
             else:
                 history = self.reader.read()

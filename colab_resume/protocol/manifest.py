@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from colab_resume.errors import CorruptRecordError
-from colab_resume.parsing import short
+from colab_resume.protocol import extras as agent_extras
 from colab_resume.protocol.files import FileEntry as FileEntry  # re-exported
 from colab_resume.protocol.files import check_plain_name
 from colab_resume.protocol.objects import SharedObjects
@@ -73,8 +73,9 @@ class Manifest:
         structure: variable groups, ``{group: [[name, shape, dtype], ...]}``
             plus ``{group: "object:<type>"}`` for opaque trackables.
         metrics: JSON-able metrics at the save.
-        extras: JSON-able user values; ``fingerprints`` and ``history`` are
-            the agent's own and must have the types it reads back.
+        extras: JSON-able values; the agent's own entries (``history``,
+            ``fingerprints``, ``callbacks``, ``metric_state``, ``grain``...)
+            must have the types it writes (:mod:`colab_resume.protocol.extras`).
         processes: processes that wrote it (1: a single-process run).
         markers: with ``processes`` > 1, each process's done marker
             (``PROCESS-k.json``), verified as files are.
@@ -140,7 +141,7 @@ class Manifest:
                     f"numbers, strings, lists and dicts, or save the value as a "
                     f"trackable instead."
                 ) from None
-        _check_agent_extras(self.extras)
+        agent_extras.check(self.extras)
 
     def _check_processes(self) -> None:
         count = self.processes
@@ -215,46 +216,3 @@ class Manifest:
 def _objects_of(value: dict[str, Any]) -> SharedObjects | None:
     raw = value.get("objects")
     return None if raw is None else SharedObjects.from_json(raw)
-
-
-def _check_agent_extras(extras: dict[str, Any]) -> None:
-    """The extras the agent itself reads back must have the agent's types.
-
-    A manifest that is valid JSON but carries, say, a list where the
-    agent expects its dict of epoch fingerprints would restore and then
-    fail training; caught here, it is damage and restore falls back.
-    """
-    fingerprints = extras.get("fingerprints", {})
-    if not (
-        isinstance(fingerprints, dict)
-        and all(
-            isinstance(k, str) and k.isdigit() and isinstance(v, str)
-            for k, v in fingerprints.items()
-        )
-    ):
-        raise ValueError(
-            "Manifest.extras['fingerprints'] must map epoch numbers (strings) "
-            f"to strings, got {short(fingerprints)}."
-        )
-    history = extras.get("history", {})
-    epochs = history.get("epoch", []) if isinstance(history, dict) else None
-    curves = history.get("history", {}) if isinstance(history, dict) else None
-    if not (
-        isinstance(epochs, list)
-        and all(isinstance(e, int) and not isinstance(e, bool) for e in epochs)
-        and isinstance(curves, dict)
-        and all(
-            isinstance(k, str) and isinstance(v, list) and all(map(_is_scalar, v))
-            for k, v in curves.items()
-        )
-    ):
-        raise ValueError(
-            "Manifest.extras['history'] must be {'epoch': [int, ...], "
-            f"'history': {{name: [number, ...]}}}}, got {short(history)}."
-        )
-
-
-def _is_scalar(value: Any) -> bool:
-    return value is None or (
-        isinstance(value, (int, float)) and not isinstance(value, bool)
-    )

@@ -61,11 +61,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Iterable
 
-from colab_resume.checkpoint.cadence import Evidence
+from colab_resume.checkpoint.cadence import Evidence, young_interval
 from colab_resume.heartbeat.liveness import RunStatus
 from colab_resume.protocol.listing import RunListing
-from colab_resume.report.history import RunHistory
+from colab_resume.report.history import HistoryReader, RunHistory
 from colab_resume.report.sessions import (
     DIED,
     TAKEN_OVER,
@@ -74,7 +75,7 @@ from colab_resume.report.sessions import (
     read_report,
 )
 from colab_resume.storage import Storage
-from colab_resume.timings import Timings, duration, mean_save
+from colab_resume.timings import MAX_COUNT, Timings, duration, tally_sum
 
 TPU_INITIALIZATION = "TPU_INITIALIZATION"
 TRAINING_PREP = "TRAINING_PREP"
@@ -177,6 +178,10 @@ class Goodput:
         cadence: the best fixed cadence, where failures and saves were seen.
         notes: what limits the figures, in words.
         chosen: what ``save_every="auto"`` last said it chose, if it ran.
+        unmeasured: why no figure could be derived at all (see
+            :func:`measure`), None where one was.
+        history_left_out: older history chunks a bounded read left out
+            (``status``): the figures are the newest sessions' then.
     """
 
     total: float
@@ -193,6 +198,20 @@ class Goodput:
     cadence: Cadence | None = None
     notes: tuple[str, ...] = ()
     chosen: str | None = None
+    unmeasured: str | None = None
+    history_left_out: int = 0
+
+    @classmethod
+    def not_measured(cls, why: str) -> Goodput:
+        """No figure: the records gave none (``why`` says what failed)."""
+        return cls(
+            total=0.0,
+            productive=0.0,
+            buckets=dict.fromkeys(BUCKETS, 0.0),
+            ideal_step=None,
+            sessions=[],
+            unmeasured=why,
+        )
 
     @property
     def goodput(self) -> float | None:
@@ -207,6 +226,8 @@ class Goodput:
     def one_line(self) -> str:
         """``goodput 81.3% of 2h04m (downtime 12.0%, redone ≥3.1%, …)``."""
         figure = self.goodput
+        if self.unmeasured is not None:
+            return f"goodput: not measured ({self.unmeasured})"
         if figure is None:
             return "goodput: not measured yet (no steady steps)"
         parts = []
@@ -216,7 +237,13 @@ class Goodput:
                 bound = _bound_mark(self, bucket)
                 parts.append(f"{SHORT[bucket]} {bound}{share:.1%}")
         detail = f" ({', '.join(parts)})" if parts else ""
-        return f"goodput {figure:.1%} of {duration(self.total)}{detail}"
+        partial = (
+            f"; newest history only, {self.history_left_out} older chunks left "
+            f"out: 'colab-resume report' reads them all"
+            if self.history_left_out
+            else ""
+        )
+        return f"goodput {figure:.1%} of {duration(self.total)}{detail}{partial}"
 
     def table(self) -> list[str]:
         """The report's lines: every bucket, the step time, the best cadence."""
@@ -275,6 +302,8 @@ class Goodput:
             "best_cadence": dataclasses.asdict(self.cadence) if self.cadence else None,
             "notes": list(self.notes),
             "save_every_auto": self.chosen,
+            "not_measured": self.unmeasured,
+            "history_chunks_left_out": self.history_left_out,
         }
 
 
@@ -284,17 +313,37 @@ def _bound_mark(result: Goodput, bucket: str) -> str:
     return "≤" if bucket in result.at_most else ""
 
 
+def measure(report: RunReport) -> Goodput:
+    """:func:`compute`, or "not measured" and why: what every reader calls.
+
+    A figure derived from the run directory never stops a session or a
+    reader: whatever the records hold, this returns.
+    """
+    try:
+        return compute(report)
+    except Exception as exc:  # a figure must never stop its reader
+        log.warning("goodput not measured: %s: %s", type(exc).__name__, exc)
+        return Goodput.not_measured(f"{type(exc).__name__}: {exc}"[:200])
+
+
 def compute(report: RunReport) -> Goodput:
-    """The goodput of the run ``report`` read (see the module docstring)."""
+    """The goodput of the run ``report`` read (see the module docstring).
+
+    Total: tallies are :meth:`~Timings.clamped` first, every division is
+    guarded, and a result with a figure that is not finite is "not
+    measured" (:meth:`Goodput.not_measured`), never NaN or infinity.
+    """
     history = report.history
-    ideal = ideal_step(history)
+    tallies = {n: t.clamped() for n, t in history.timings.items()}
+    ideal = _ideal_step(tallies.values(), history)
+    redone_by_lease = _redone_in_sessions(history)
     shares: list[SessionGoodput] = []
     idle = paused = 0.0
     recoveries = 0
     previous: Session | None = None
     previous_end: float | None = None
     for session in report.sessions:
-        timings = history.timings.get(session.lease)
+        timings = tallies.get(session.lease)
         if session.started_at is None:
             previous = session
             continue
@@ -311,7 +360,7 @@ def compute(report: RunReport) -> Goodput:
                 gap = before
             else:
                 idle += before
-        in_session = _redone_in_session(history, session.lease)
+        in_session = redone_by_lease.get(session.lease, [])
         recoveries += len(in_session)
         share = _session_share(session, timings, ideal, ended - begun, in_session)
         # A session killed outright trained on past its last sign: what it
@@ -349,27 +398,37 @@ def compute(report: RunReport) -> Goodput:
         at_least=frozenset({WASTED}) if deaths else frozenset(),
         at_most=frozenset({RECOVERY}) if deaths else frozenset(),
         notes=tuple(notes),
+        history_left_out=history.left_out,
     )
-    tallies = history.timings.values()
-    saves = sum(t.saves for t in tallies)
-    save_seconds = mean_save(
-        sum(t.save for t in tallies),
-        saves,
-        sum(t.save_setup for t in tallies),
-        sum(t.first_saves for t in tallies),
-    )
-    cadence = best_cadence(result, saves, save_seconds)
+    run = tally_sum(tallies.values())
+    cadence = best_cadence(result, run.saves, run.save_price)
     said = [e.message for e in history.events if e.kind == "checkpoint.cadence"]
-    return dataclasses.replace(
-        result, cadence=cadence, chosen=said[-1] if said else None
+    return _checked(
+        dataclasses.replace(result, cadence=cadence, chosen=said[-1] if said else None)
     )
+
+
+def _checked(result: Goodput) -> Goodput:
+    """``result``, or "not measured" where a figure is not finite."""
+    figures = [result.total, result.productive, result.idle, result.paused]
+    figures += list(result.buckets.values())
+    figures += [s.seconds for s in result.sessions]
+    figures += [result.ideal_step or 0.0]
+    if all(math.isfinite(f) for f in figures):
+        return result
+    return Goodput.not_measured("the records give no finite figure")
 
 
 def ideal_step(history: RunHistory) -> float | None:
     """Seconds of one steady step: every measured one, else the samples'."""
-    steps = sum(t.steps for t in history.timings.values())
-    if steps:
-        return sum(t.step_seconds for t in history.timings.values()) / steps
+    return _ideal_step(history.timings.values(), history)
+
+
+def _ideal_step(tallies: Iterable[Timings], history: RunHistory) -> float | None:
+    run = tally_sum(tallies)
+    if run.steps:
+        step = run.step_seconds / run.steps
+        return step if step > 0 and math.isfinite(step) else None
     # Older runs: the samples' pace, each session's first sample left out
     # (it follows the first step's compile).
     spent = done = 0.0
@@ -381,20 +440,25 @@ def ideal_step(history: RunHistory) -> float | None:
         if len(points) >= 3:
             spent += points[-1][0] - points[1][0]
             done += points[-1][1] - points[1][1]
-    return spent / done if done > 0 and spent > 0 else None
+    if not (done > 0 and spent > 0):
+        return None
+    pace = spent / done
+    return pace if math.isfinite(pace) else None
 
 
-def _redone_in_session(history: RunHistory, lease: int) -> list[int]:
-    """Steps redone after each accelerator loss recovered in session ``lease``."""
-    redone, lost_at = [], None
+def _redone_in_sessions(history: RunHistory) -> dict[int, list[int]]:
+    """Steps redone after each accelerator loss recovered in a session, by
+    lease: one pass over the events, whatever the number of sessions."""
+    redone: dict[int, list[int]] = {}
+    lost_at: dict[int, int] = {}
     for event in history.events:
-        if event.lease != lease or event.step is None:
+        if event.step is None:
             continue
         if event.kind == "recovery.started":
-            lost_at = event.step
-        elif event.kind == "run.resumed_at" and lost_at is not None:
-            redone.append(max(0, lost_at - event.step))
-            lost_at = None
+            lost_at[event.lease] = event.step
+        elif event.kind == "run.resumed_at" and event.lease in lost_at:
+            lost = lost_at.pop(event.lease)
+            redone.setdefault(event.lease, []).append(max(0, lost - event.step))
     return redone
 
 
@@ -470,24 +534,29 @@ def best_cadence(
     build's first save is paid whatever the cadence.
     """
     failures = result.deaths + result.recoveries
-    if not failures or not saves or not result.ideal_step or not save_seconds:
+    if not failures or saves <= 0 or not result.ideal_step or not save_seconds:
         return None
     cost = save_seconds
     work = result.productive
     between = (work + result.buckets.get(WASTED, 0.0)) / failures
-    interval = math.sqrt(2 * cost * between)
+    interval = young_interval(cost, between)
     actual = work / saves
+    if interval is None or not actual > 0:  # no step kept: nothing to compare
+        return None
 
     def lost(every: float) -> float:
         return work * cost / every + failures * every / 2
 
     best_total = result.total - lost(actual) + lost(interval)
+    steps = min(interval / result.ideal_step, MAX_COUNT)
+    if not (math.isfinite(best_total) and math.isfinite(steps)):
+        return None
     return Cadence(
         save_seconds=cost,
         between_failures=between,
         failures=failures,
         interval=interval,
-        steps=max(1, round(interval / result.ideal_step)),
+        steps=max(1, round(steps)),
         actual_interval=actual,
         lost=lost(actual),
         best_lost=lost(interval),
@@ -501,6 +570,7 @@ def read_goodput(
     *,
     listing: RunListing | None = None,
     holder: RunStatus | None = None,
+    history_bytes: int | None = None,
 ) -> Goodput:
     """The goodput of the run in ``storage``, read from its run directory.
 
@@ -508,32 +578,36 @@ def read_goodput(
         live: tallies newer than the history holds (a session asking about
             itself), by lease.
         listing, holder: already read by the caller (``status``).
+        history_bytes: read only the newest history chunks within this
+            many bytes (``status``); None: all of it.
     """
-    report = read_report(storage, listing=listing, holder=holder)
+    reader = HistoryReader(storage, newest_bytes=history_bytes)
+    report = read_report(storage, reader, listing=listing, holder=holder)
     report.history.timings.update(live or {})
-    return compute(report)
+    return measure(report)
 
 
 def evidence_before(storage: Storage, lease: int) -> Evidence:
     """What the sessions before ``lease`` showed, for ``save_every="auto"``.
 
-    Nothing (the prior alone) when the records cannot be read: the cadence
-    then starts as a new run's does.
+    Nothing (the prior alone) when the records cannot be read or give no
+    figure: the cadence then starts as a new run's does.
     """
     try:
-        report = read_report(storage)
+        return evidence_of(read_report(storage), lease)
     except Exception as exc:  # a figure must never stop training
         log.warning("save_every='auto': earlier sessions not read (%s)", exc)
         return Evidence()
+
+
+def evidence_of(report: RunReport, lease: int) -> Evidence:
+    """What the sessions of ``report`` before ``lease`` showed (it is
+    changed: only those sessions are kept)."""
     report.sessions = [s for s in report.sessions if s.lease < lease]
     earlier = {n: t for n, t in report.history.timings.items() if n < lease}
     report.history.timings = earlier
-    result = compute(report)
-    return Evidence(
-        training=result.productive + result.buckets.get(WASTED, 0.0),
-        failures=result.deaths + result.recoveries,
-        save_seconds=sum(t.save for t in earlier.values()),
-        saves=sum(t.saves for t in earlier.values()),
-        save_setup=sum(t.save_setup for t in earlier.values()),
-        first_saves=sum(t.first_saves for t in earlier.values()),
+    result = measure(report)
+    training = result.productive + result.buckets.get(WASTED, 0.0)
+    return Evidence.of(
+        training, result.deaths + result.recoveries, tally_sum(earlier.values())
     )

@@ -116,6 +116,10 @@ class RunHistory:
     problems: list[str] = dataclasses.field(default_factory=list)
     # lease -> what its newest chunk said it had measured
     timings: dict[int, Timings] = dataclasses.field(default_factory=dict)
+    # Older chunks a bounded read (``HistoryReader(newest_bytes=...)``) left
+    # out, and the lease of the oldest chunk it read (None: all were read).
+    left_out: int = 0
+    from_lease: int | None = None
 
 
 class HistoryRecorder:
@@ -305,22 +309,39 @@ class HistoryReader:
     newest :data:`FULL_RESOLUTION_CHUNKS` keep an even share of
     :data:`MAX_POINTS_KEPT` points and of :data:`MAX_EVENTS_KEPT` events
     (thinned again as chunks arrive).
+
+    Args:
+        storage: the run directory.
+        workers: chunks fetched at once.
+        newest_bytes: read only the newest chunks, as many as fit in this
+            many bytes (at least one): a bounded tail, for a reader that
+            must answer fast whatever the history's size (``status``).
+            None: every chunk.
     """
 
-    def __init__(self, storage: Storage, *, workers: int = 16) -> None:
+    def __init__(
+        self, storage: Storage, *, workers: int = 16, newest_bytes: int | None = None
+    ) -> None:
         self.storage = storage
         self.workers = workers
+        self.newest_bytes = newest_bytes
         self._chunks: dict[str, RunHistory] = {}  # path -> its parsed content
 
     def read(self) -> RunHistory:
-        names = []
+        names, sizes = [], {}
         for info in self.storage.list(HISTORY_DIR + "/"):
             parts = info.path.split("/")
             parsed = parse_chunk_name(parts[-1]) if len(parts) == 2 else None
             if parsed is not None:
                 names.append((parsed, info.path))
+                sizes[info.path] = info.size
         names.sort()
         history = RunHistory()
+        if self.newest_bytes is not None:
+            kept = _newest_within(names, sizes, self.newest_bytes)
+            history.left_out, names = len(names) - kept, names[len(names) - kept :]
+            if history.left_out:
+                history.from_lease = names[0][0][0]
         if len(names) > MAX_CHUNKS_READ:
             history.problems.append(
                 f"{len(names)} history chunks; reading the newest {MAX_CHUNKS_READ}"
@@ -369,6 +390,19 @@ class HistoryReader:
         except (CorruptRecordError, FileNotFoundError) as exc:
             chunk.problems.append(f"{path}: {exc}")
         return chunk
+
+
+def _newest_within(
+    names: list[tuple[tuple[int, int], str]], sizes: dict[str, int], budget: int
+) -> int:
+    """How many of the newest chunks fit in ``budget`` bytes (at least one)."""
+    kept, spent = 0, 0
+    for _, path in reversed(names):
+        spent += sizes[path]
+        if kept and spent > budget:
+            break
+        kept += 1
+    return kept
 
 
 def _thin_chunk(chunk: RunHistory, points: int, events: int) -> None:

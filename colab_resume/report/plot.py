@@ -118,7 +118,7 @@ def render(
             0.5, 0.5, "no history recorded yet", ha="center", transform=ax.transAxes
         )
     ax.grid(alpha=0.3)
-    _draw_wall_time(bar, goodput or gp.compute(report))
+    _draw_wall_time(bar, goodput or gp.measure(report))
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", bbox_inches="tight")

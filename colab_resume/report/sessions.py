@@ -30,10 +30,18 @@ killed after a commit may have beaten last at an earlier step); the steps
 its successor redid run from where that successor restored to there. Its
 end is its last sign of life: its last beat, or a later commit still
 listed.
+
+Reading is linear in what is read: the history's samples and events are
+indexed by lease once (:class:`_ByLease`), and the sessions are the leases
+the run has (a lease the history names above the newest lease record never
+took the run; it is a problem, not a session). Where the history read is
+its newest chunks only (``status``), the sessions are those chunks' (from
+the oldest one's lease on): the records of older leases are not read.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 
@@ -51,7 +59,12 @@ from colab_resume.protocol import rundir
 from colab_resume.protocol.listing import RunListing
 from colab_resume.protocol.records import BeatRecord, LeaseRecord, parse
 from colab_resume.protocol.rundir import CheckpointName
-from colab_resume.report.history import HistoryReader, RecordedEvent, RunHistory
+from colab_resume.report.history import (
+    HistoryReader,
+    Point,
+    RecordedEvent,
+    RunHistory,
+)
 from colab_resume.storage import ObjectInfo, Storage
 
 # How a session ended.
@@ -194,6 +207,9 @@ def read_report(
         except CorruptRecordError as exc:  # an absurd lease: draw the history alone
             problems.append(str(exc))
             listing = RunListing(url=storage.url, leases=(), checkpoints=())
+    # A tail of the history (``status``): the sessions of its chunks.
+    oldest = history.from_lease or 0
+    to_read = [lease for lease in listing.leases if lease[0] >= oldest]
     beats_at = {
         info.path: info.updated for info in storage.list(rundir.HEARTBEAT_DIR + "/")
     }
@@ -202,8 +218,8 @@ def read_report(
         return _read_records(storage, *lease, beats_at)
 
     leases: dict[int, _Records] = {}
-    with ThreadPoolExecutor(max(1, min(16, len(listing.leases)))) as pool:
-        for found, trouble in pool.map(records, listing.leases):
+    with ThreadPoolExecutor(max(1, min(16, len(to_read)))) as pool:
+        for found, trouble in pool.map(records, to_read):
             leases[found.lease] = found
             problems += trouble
     for entry in listing.committed:
@@ -214,16 +230,26 @@ def read_report(
             if manifest is not None:
                 found.committed_at = max(found.committed_at or 0.0, manifest.updated)
     # A lease the history knows but the listing lacks (its record lost) is
-    # still a session.
-    for number in {p.lease for p in history.points} | set(history.sessions):
+    # still a session; one above the newest lease record never took the run.
+    newest = max((n for n, _ in listing.leases), default=None)
+    named = {p.lease for p in history.points} | set(history.sessions)
+    beyond = sorted(n for n in named if newest is not None and n > newest)
+    if beyond:
+        problems.append(
+            f"the history names {len(beyond)} lease(s) above the newest lease "
+            f"record ({newest}), from {beyond[0]}: not sessions of this run"
+        )
+    for number in named.difference(beyond):
         leases.setdefault(number, _Records(number))
+    beyond_set = set(beyond)
     for event in history.events:
         if event.kind == "checkpoint.committed" and event.step is not None:
-            leases.setdefault(event.lease, _Records(event.lease)).commits.add(
-                event.step
-            )
+            if event.lease not in beyond_set:
+                leases.setdefault(event.lease, _Records(event.lease)).commits.add(
+                    event.step
+                )
         read = _restored_from(event)
-        if read is not None:
+        if read is not None and oldest <= read.lease <= (newest or read.lease):
             leases.setdefault(read.lease, _Records(read.lease)).commits.add(read.step)
     if holder is None and listing.leases:
         holder = read_status(storage, listing=listing)
@@ -254,27 +280,57 @@ def _read_records(
     return found, problems
 
 
+@dataclasses.dataclass
+class _ByLease:
+    """The history's samples and events of one lease (indexed once)."""
+
+    points: list[Point] = dataclasses.field(default_factory=list)
+    events: list[RecordedEvent] = dataclasses.field(default_factory=list)
+
+    @staticmethod
+    def index(history: RunHistory) -> dict[int, _ByLease]:
+        """Every lease's share of ``history``, in one pass over each list."""
+        found: dict[int, _ByLease] = collections.defaultdict(_ByLease)
+        for point in history.points:
+            found[point.lease].points.append(point)
+        for event in history.events:
+            found[event.lease].events.append(event)
+        return dict(found)
+
+
 def _sessions(
     leases: dict[int, _Records], history: RunHistory, verdict: str | None
 ) -> list[Session]:
     numbers = sorted(leases)
+    index = _ByLease.index(history)
+    nothing = _ByLease()
     firsts: dict[int, int | None] = {}
     committed_before = 0  # the newest commit of the leases before, for inference
     for number in numbers:
-        firsts[number] = _first_step(leases[number], history, committed_before)
+        mine = index.get(number, nothing)
+        firsts[number] = _first_step(leases[number], mine, committed_before)
         committed_before = max([committed_before, *leases[number].commits])
+    # Where the next session that trained restored, for each lease: one
+    # pass from the newest.
+    restarts: dict[int, int | None] = {}
+    following: int | None = None
+    for number in reversed(numbers):
+        restarts[number] = following
+        if firsts[number] is not None:
+            following = firsts[number]
     sessions = []
     for i, number in enumerate(numbers):
         found = leases[number]
+        mine = index.get(number, nothing)
         successor = leases.get(numbers[i + 1]) if i + 1 < len(numbers) else None
-        last = _last_step(found, history)
+        theirs = index.get(numbers[i + 1], nothing) if successor else nothing
+        last = _last_step(found, mine)
         first = firsts[number]
         if first is not None and last is None:
             last = first
         if last is not None and first is not None and last < first:
             last = first
-        later = [firsts[n] for n in numbers[i + 1 :] if firsts[n] is not None]
-        restart = later[0] if later else None  # where the next trainer restored
+        restart = restarts[number]  # where the next trainer restored
         redone = None
         if restart is not None and last is not None and restart < last:
             redone = (restart, last)
@@ -285,11 +341,11 @@ def _sessions(
                 session_id=found.record.session_id if found.record else None,
                 host=found.record.host if found.record else None,
                 started_at=found.taken_at,
-                ended_at=_ended_at(found, history),
+                ended_at=_ended_at(found, mine),
                 first_step=first,
                 last_step=last if first is not None else None,
                 commits=tuple(sorted(found.commits)),
-                end=_end(found, successor, history, verdict),
+                end=_end(found, mine, successor, theirs, verdict),
                 error=beat.error if beat is not None else None,
                 redone=redone if first is not None else None,
             )
@@ -297,7 +353,7 @@ def _sessions(
     return sessions
 
 
-def _first_step(found: _Records, history: RunHistory, committed: int) -> int | None:
+def _first_step(found: _Records, mine: _ByLease, committed: int) -> int | None:
     """Where the session started training: its own word, else inferred.
 
     Restore takes the newest committed checkpoint, so a session that left
@@ -305,22 +361,20 @@ def _first_step(found: _Records, history: RunHistory, committed: int) -> int | N
     A session with no step at all (a Take over lease, one that failed
     before training) did not train.
     """
-    mine = [e for e in history.events if e.lease == found.lease]
     for kind in ("run.resumed_at", "checkpoint.restored"):
-        steps = [e.step for e in mine if e.kind == kind and e.step is not None]
+        steps = [e.step for e in mine.events if e.kind == kind and e.step is not None]
         if steps:
             return steps[0]
-    steps = [p.step for p in history.points if p.lease == found.lease]
     beat_step = found.beat.step if found.beat is not None else None
-    if not steps and beat_step is None and not found.commits:
+    if not mine.points and beat_step is None and not found.commits:
         return None
-    if any(e.kind == "lease.taken" for e in mine):
+    if any(e.kind == "lease.taken" for e in mine.events):
         return 0  # its first chunk is here and it restored nothing
     return committed
 
 
-def _last_step(found: _Records, history: RunHistory) -> int | None:
-    steps = [p.step for p in history.points if p.lease == found.lease]
+def _last_step(found: _Records, mine: _ByLease) -> int | None:
+    steps = [p.step for p in mine.points]
     steps += list(found.commits)
     if found.beat is not None and found.beat.step is not None:
         steps.append(found.beat.step)
@@ -338,29 +392,29 @@ def _restored_from(event: RecordedEvent) -> CheckpointName | None:
     return None
 
 
-def _ended_at(found: _Records, history: RunHistory) -> float | None:
+def _ended_at(found: _Records, mine: _ByLease) -> float | None:
     signs = [t for t in (found.beat_at, found.committed_at) if t is not None]
     if signs:  # the server's clock
         return max(signs)
-    times = [p.time for p in history.points if p.lease == found.lease]
-    times += [e.time for e in history.events if e.lease == found.lease]
+    times = [p.time for p in mine.points] + [e.time for e in mine.events]
     return max(times) if times else found.taken_at
 
 
 def _end(
     found: _Records,
+    mine: _ByLease,
     successor: _Records | None,
-    history: RunHistory,
+    theirs: _ByLease,
     verdict: str | None,
 ) -> str:
     """How the session ended; see the module docstring."""
     beat = found.beat
     if beat is not None and beat.state in _CLEAN_BEATS:
         return _CLEAN_BEATS[beat.state]
-    mine = {e.kind for e in history.events if e.lease == found.lease}
-    if "lease.fenced" in mine:
+    kinds = {e.kind for e in mine.events}
+    if "lease.fenced" in kinds:
         return TAKEN_OVER
-    if "run.completed" in mine:
+    if "run.completed" in kinds:
         return COMPLETED_END
     if successor is None:  # the holder: judged as status judges it
         if verdict in (ALIVE, STALLED):
@@ -374,10 +428,10 @@ def _end(
         return TAKEN_OVER
     if judged is not None:
         return DIED
-    theirs = {e.kind for e in history.events if e.lease == successor.lease}
-    if "lease.takeover" in theirs:
+    said = {e.kind for e in theirs.events}
+    if "lease.takeover" in said:
         return TAKEN_OVER
-    if "lease.previous_dead" in theirs:
+    if "lease.previous_dead" in said:
         return DIED
     # The successor left no word: was this session still beating when the
     # next lease was taken (a takeover) or silent for longer (dead)? Both
