@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 from concurrent.futures import ThreadPoolExecutor
 
 from colab_resume.errors import CorruptRecordError
@@ -100,6 +101,9 @@ class Session:
         error: what it failed with (``end == "failed"``).
         redone: ``(from, to)``: the steps the next session trained again,
             from its restore point to this session's last step.
+        runtime_changed: what differed from the runtime that wrote the
+            checkpoint it resumed from (its ``run.runtime_changed`` event),
+            or None.
     """
 
     lease: int
@@ -113,6 +117,7 @@ class Session:
     end: str = DIED
     error: str | None = None
     redone: tuple[int, int] | None = None
+    runtime_changed: str | None = None
 
     @property
     def trained(self) -> bool:
@@ -141,6 +146,8 @@ class Session:
                 f" ({least}{count} step{'s' if count != 1 else ''} redone, "
                 f"from step {self.redone[0]})"
             )
+        if self.runtime_changed:
+            text += f"; resumed on another runtime: {self.runtime_changed}"
         return text
 
 
@@ -298,6 +305,20 @@ class _ByLease:
         return dict(found)
 
 
+# The changes in a run.runtime_changed message: "(backend jax -> tensorflow, ...)."
+_CHANGES = re.compile(r"\(([^()]*->[^()]*)\)\.")
+
+
+def _runtime_changed(mine: _ByLease) -> str | None:
+    """What its ``run.runtime_changed`` event listed, in words (or, where
+    the list cannot be told from the message, that there was one)."""
+    for event in mine.events:
+        if event.kind == "run.runtime_changed":
+            found = _CHANGES.search(event.message)
+            return found.group(1) if found else "see its run.runtime_changed event"
+    return None
+
+
 def _sessions(
     leases: dict[int, _Records], history: RunHistory, verdict: str | None
 ) -> list[Session]:
@@ -348,6 +369,7 @@ def _sessions(
                 end=_end(found, mine, successor, theirs, verdict),
                 error=beat.error if beat is not None else None,
                 redone=redone if first is not None else None,
+                runtime_changed=_runtime_changed(mine),
             )
         )
     return sessions

@@ -16,10 +16,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from typing import Any
 
 import pytest
 from support.on_jax import jax_worker
+from support.processes import ROOT
 from support.processes import read_out as read
 
 KILL_AT = 8  # saves every 3 steps, 6 steps an epoch
@@ -85,6 +87,28 @@ def test_another_mesh_is_named(tmp_path, killed) -> None:
     assert "distribution.mesh [2, 4] -> [4, 2]" in event["changes"]
     assert "No bitwise equality with an uninterrupted run" in event["message"]
     assert "the runtime changed: " in rerun.stderr  # and in the log
+    # And the report names it under the session that resumed there.
+    drawn = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "colab_resume",
+            "report",
+            run,
+            "-o",
+            str(tmp_path / "r.png"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        check=False,
+    )
+    assert drawn.returncode == 0, drawn.stderr[-3000:]
+    assert (
+        "resumed on another runtime: replicas 2 -> 4, "
+        "distribution.mesh [2, 4] -> [4, 2]" in drawn.stdout
+    ), drawn.stdout
 
 
 def test_data_parallel_after_model_parallel_is_named(tmp_path, killed) -> None:
