@@ -12,6 +12,10 @@ positions it at the step it resumes from; no iterator is ever checkpointed
   the batches already trained, through the backend.
 * :mod:`~colab_resume.data.fingerprints`: each epoch's first-batch
   fingerprint, checked on resume (the same data as before the restart).
+* :mod:`~colab_resume.data.trail`: the batches handed to the model, by
+  place; a save's position proof is the next one's fingerprint.
+* :mod:`~colab_resume.data.proof`: a resume's first batch compared with
+  that proof before training (repositioned, or refused by name).
 * :mod:`~colab_resume.data.cost`: what rebuilding an epoch costs, and the
   one warning when it is too much.
 * :mod:`~colab_resume.data.graph`: inside a ``tf.data`` pipeline (its
@@ -25,6 +29,7 @@ Imports nothing of the agent or the checkpoints: they import it.
 from colab_resume.data.contract import (
     DatasetError,
     NonDeterministicDatasetError,
+    PositionError,
     accepts_skip,
 )
 from colab_resume.data.fingerprints import (
@@ -43,6 +48,7 @@ __all__ = [
     "DatasetError",
     "GrainPosition",
     "NonDeterministicDatasetError",
+    "PositionError",
     "accepts_skip",
     "check_fingerprint",
     "check_global_batch",

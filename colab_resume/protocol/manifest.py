@@ -158,6 +158,7 @@ class Manifest:
                     f"trackable instead."
                 ) from None
         _check_agent_extras(self.extras)
+        _check_position_extras(self.extras)
 
     def _check_processes(self) -> None:
         count = self.processes
@@ -269,6 +270,27 @@ def _check_agent_extras(extras: dict[str, Any]) -> None:
         raise ValueError(
             "Manifest.extras['history'] must be {'epoch': [int, ...], "
             f"'history': {{name: [number, ...]}}}}, got {short(history)}."
+        )
+
+
+def _check_position_extras(extras: dict[str, Any]) -> None:
+    """``extras['position']``: the proof a resume checks its data position by
+    (:mod:`colab_resume.data.trail`)."""
+    position = extras.get("position", {})
+    if not isinstance(position, dict) or (
+        position
+        and not (
+            set(position) == {"epoch", "batch", "fingerprint"}
+            and all(
+                isinstance(position[k], int) and not isinstance(position[k], bool)
+                for k in ("epoch", "batch")
+            )
+            and isinstance(position["fingerprint"], str)
+        )
+    ):
+        raise ValueError(
+            "Manifest.extras['position'] must be {'epoch': int, 'batch': int, "
+            f"'fingerprint': str}}, got {short(position)}."
         )
 
 
