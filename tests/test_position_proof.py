@@ -1,0 +1,87 @@
+"""A resume proves its data position: ``agent.run`` on TensorFlow, tf.data.
+
+Real processes (``tests/workers/agent_worker.py``: a 2-replica
+MirroredStrategy on CPU, op determinism, a local run directory), SIGKILLed
+at a step drawn at random (seeded) in the second or third of three epochs,
+then rerun. ``make_dataset(epoch, skip)`` returns a ``tf.data`` pipeline
+(a seeded shuffle, batch) that honours ``skip`` right, ignores it, or
+honours it one batch early:
+
+* right: the rerun ends bitwise equal to an uninterrupted run;
+* ignored or off by one: the rerun is refused by name before its first
+  step (a tf.data pipeline cannot be positioned another way), the
+  checkpoint kept; with ``skip`` fixed the run resumes from it and ends
+  bitwise equal.
+
+Every kill must have landed during training; the step resumed from must be
+mid-epoch (where a wrong ``skip`` matters).
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from support import assert_bitwise_equal, steps_here, train_agent
+
+EPOCHS, STEPS_PER_EPOCH = 3, 12
+TOTAL = EPOCHS * STEPS_PER_EPOCH
+LOOP = ("--loop", "run")
+
+
+def kill_step(seed: int) -> int:
+    """A step in the second or third epoch, after a save, not at an epoch's end."""
+    steps = [s for s in range(13, TOTAL) if s % STEPS_PER_EPOCH]
+    return random.Random(seed).choice(steps)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> str:
+    base = tmp_path_factory.mktemp("reference-position")
+    out = str(base / "weights.npz")
+    done = train_agent(str(base / "run"), out, *LOOP)
+    assert steps_here(done) == TOTAL
+    return out
+
+
+def kill(run_dir: str, out: str, skip_mode: str, seed: int) -> None:
+    step = kill_step(seed)
+    died = train_agent(
+        run_dir,
+        out,
+        *LOOP,
+        *("--skip-mode", skip_mode, "--kill-at-step", str(step)),
+        expect_rc=-9,
+    )
+    assert f"KILLING at step {step}" in died.stdout  # it died training
+
+
+def assert_resumed_mid_epoch(result: object) -> None:
+    restored = TOTAL - steps_here(result)  # type: ignore[arg-type]
+    assert 0 < restored and restored % STEPS_PER_EPOCH, restored
+
+
+def test_a_skip_honoured_right_resumes_bitwise(reference, tmp_path):
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "w.npz")
+    kill(run_dir, out, "right", seed=11)
+    resumed = train_agent(run_dir, out, *LOOP)
+    assert_resumed_mid_epoch(resumed)
+    assert_bitwise_equal(reference, out)
+
+
+@pytest.mark.parametrize(("mode", "seed"), [("ignored", 12), ("off-by-one", 13)])
+def test_a_wrong_skip_is_refused_by_name_and_the_run_stays_resumable(
+    reference, tmp_path, mode: str, seed: int
+):
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "w.npz")
+    kill(run_dir, out, mode, seed)
+    refused = train_agent(
+        run_dir, out, *LOOP, "--skip-mode", mode, "--print-steps", expect_rc=None
+    )
+    assert refused.returncode not in (0, -9), refused.returncode
+    assert "PositionError: Resuming at batch " in refused.stderr, refused.stderr[-3000:]
+    assert "skip parameter is accepted and not used" in refused.stderr
+    assert refused.lines("STEP") == []  # refused before its first step
+    fixed = train_agent(run_dir, out, *LOOP)
+    assert_resumed_mid_epoch(fixed)
+    assert_bitwise_equal(reference, out)
