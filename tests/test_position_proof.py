@@ -1,4 +1,4 @@
-"""A resume proves its data position: ``agent.run`` on TensorFlow, tf.data.
+"""A resume proves its data position: TensorFlow, tf.data, both drivers.
 
 Real processes (``tests/workers/agent_worker.py``: a 2-replica
 MirroredStrategy on CPU, op determinism, a local run directory), SIGKILLed
@@ -13,6 +13,10 @@ honours it one batch early:
   checkpoint kept; with ``skip`` fixed the run resumes from it and ends
   bitwise equal.
 
+``agent.run`` compares with the proof its checkpoint carries; ``agent.fit``
+(its batches never pass through Python, so no proof is saved) probes the
+``skip`` itself.
+
 Every kill must have landed during training; the step resumed from must be
 mid-epoch (where a wrong ``skip`` matters).
 """
@@ -26,7 +30,7 @@ from support import assert_bitwise_equal, steps_here, train_agent
 
 EPOCHS, STEPS_PER_EPOCH = 3, 12
 TOTAL = EPOCHS * STEPS_PER_EPOCH
-LOOP = ("--loop", "run")
+LOOPS = ["run", "fit"]
 
 
 def kill_step(seed: int) -> int:
@@ -36,20 +40,28 @@ def kill_step(seed: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> str:
-    base = tmp_path_factory.mktemp("reference-position")
-    out = str(base / "weights.npz")
-    done = train_agent(str(base / "run"), out, *LOOP)
-    assert steps_here(done) == TOTAL
-    return out
+def reference(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """loop -> the weights of an uninterrupted run through it."""
+    found: dict[str, str] = {}
+
+    def of(loop: str) -> str:
+        if loop not in found:
+            base = tmp_path_factory.mktemp(f"reference-{loop}")
+            out = str(base / "weights.npz")
+            done = train_agent(str(base / "run"), out, "--loop", loop)
+            assert steps_here(done) == TOTAL
+            found[loop] = out
+        return found[loop]
+
+    return of
 
 
-def kill(run_dir: str, out: str, skip_mode: str, seed: int) -> None:
+def kill(run_dir: str, out: str, loop: str, skip_mode: str, seed: int) -> None:
     step = kill_step(seed)
     died = train_agent(
         run_dir,
         out,
-        *LOOP,
+        *("--loop", loop),
         *("--skip-mode", skip_mode, "--kill-at-step", str(step)),
         expect_rc=-9,
     )
@@ -61,27 +73,39 @@ def assert_resumed_mid_epoch(result: object) -> None:
     assert 0 < restored and restored % STEPS_PER_EPOCH, restored
 
 
-def test_a_skip_honoured_right_resumes_bitwise(reference, tmp_path):
+@pytest.mark.parametrize(("loop", "seed"), [("run", 11), ("fit", 14)])
+def test_a_skip_honoured_right_resumes_bitwise(reference, tmp_path, loop, seed):
     run_dir, out = str(tmp_path / "run"), str(tmp_path / "w.npz")
-    kill(run_dir, out, "right", seed=11)
-    resumed = train_agent(run_dir, out, *LOOP)
+    kill(run_dir, out, loop, "right", seed)
+    resumed = train_agent(run_dir, out, "--loop", loop)
     assert_resumed_mid_epoch(resumed)
-    assert_bitwise_equal(reference, out)
+    assert_bitwise_equal(reference(loop), out)
 
 
-@pytest.mark.parametrize(("mode", "seed"), [("ignored", 12), ("off-by-one", 13)])
+@pytest.mark.parametrize(
+    ("loop", "mode", "seed"),
+    [
+        ("run", "ignored", 12),
+        ("run", "off-by-one", 13),
+        ("fit", "ignored", 15),
+        ("fit", "off-by-one", 16),
+    ],
+)
 def test_a_wrong_skip_is_refused_by_name_and_the_run_stays_resumable(
-    reference, tmp_path, mode: str, seed: int
+    reference, tmp_path, loop: str, mode: str, seed: int
 ):
     run_dir, out = str(tmp_path / "run"), str(tmp_path / "w.npz")
-    kill(run_dir, out, mode, seed)
+    kill(run_dir, out, loop, mode, seed)
     refused = train_agent(
-        run_dir, out, *LOOP, "--skip-mode", mode, "--print-steps", expect_rc=None
+        run_dir,
+        out,
+        *("--loop", loop, "--skip-mode", mode, "--print-steps"),
+        expect_rc=None,
     )
     assert refused.returncode not in (0, -9), refused.returncode
     assert "PositionError: Resuming at batch " in refused.stderr, refused.stderr[-3000:]
     assert "skip parameter is accepted and not used" in refused.stderr
     assert refused.lines("STEP") == []  # refused before its first step
-    fixed = train_agent(run_dir, out, *LOOP)
+    fixed = train_agent(run_dir, out, "--loop", loop)
     assert_resumed_mid_epoch(fixed)
-    assert_bitwise_equal(reference, out)
+    assert_bitwise_equal(reference(loop), out)

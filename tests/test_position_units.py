@@ -106,10 +106,29 @@ def test_without_skip_the_cause_named_is_the_shuffle():
         proof_at(1, 4).check(unseeded, 1, 4, STEPS)
 
 
-def test_nothing_to_prove_at_another_place_or_without_a_proof():
+def test_nothing_to_prove_at_an_epoch_start_or_without_proof_or_skip():
     ignored = maker(lambda skip: 0)
-    assert proof_at(1, 4).check(ignored, 1, 3, STEPS) is ignored
-    assert PositionProof().check(ignored, 1, 4, STEPS) is ignored
+    assert proof_at(1, 4).check(ignored, 1, 0, STEPS) is ignored
+
+    def unshuffled(epoch: int):  # type: ignore[no-untyped-def]
+        return iter(batches(epoch + 7))  # another order, but no proof saved
+
+    assert PositionProof().check(unshuffled, 1, 4, STEPS) is unshuffled
+
+
+def test_without_a_proof_the_skip_is_probed_at_batch_1():
+    right = maker(lambda skip: skip)
+    assert PositionProof().check(right, 1, 4, STEPS) is right
+    for wrong in (maker(lambda skip: 0), maker(lambda skip: max(skip - 1, 0))):
+        with pytest.raises(PositionError) as refused:
+            PositionProof().check(wrong, 1, 4, STEPS)
+        text = str(refused.value)
+        assert "make_dataset(1, skip=1) gives a first batch of fingerprint" in text
+        assert (
+            f"batch 1 drawn from make_dataset(1, skip=0) {batch_hash(batches(1)[1])}"
+            in text
+        )
+        assert "skip parameter is accepted and not used" in text
 
 
 def manifest(extras: dict) -> Manifest:

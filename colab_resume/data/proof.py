@@ -16,6 +16,12 @@ Grain's saved state or by drawing), draws its first batch and compares:
   naming the batch and the likely cause, before any step. The checkpoint
   is untouched: fixed, the run resumes from it.
 
+Where a checkpoint carries no proof (TensorFlow's ``agent.fit``, whose
+batches never pass through Python), a ``make_dataset`` that takes ``skip``
+is probed where that is cheap: ``make_dataset(epoch, skip=1)``'s first
+batch must be batch 1 of ``make_dataset(epoch, skip=0)``, drawn. That
+catches a ``skip`` ignored or off by one, not one wrong only further in.
+
 The cost: one batch hashed per save, and at a resume one more build of the
 epoch positioned as it trains (``bench/bench_position_proof.py``).
 """
@@ -69,24 +75,31 @@ class PositionProof:
             PositionError: the first batch differs, and no other positioning
                 gives the batch trained there.
         """
-        saved = self._saved
-        if (saved.get("epoch"), saved.get("batch")) != (epoch, skip) or not skip:
+        saved, takes_skip = self._saved, accepts_skip(make_dataset)
+        proven = (saved.get("epoch"), saved.get("batch")) == (epoch, skip)
+        if not skip or not (proven or takes_skip):
             return make_dataset
-        wanted = str(saved.get("fingerprint"))
-        got = self._first(make_dataset, epoch, skip, steps_per_epoch)
+        unskipped = _unskipped(make_dataset)
+        if proven:
+            at, wanted = skip, str(saved.get("fingerprint"))
+        else:
+            # No proof saved (batches that never passed through Python):
+            # the skip itself is probed where it is cheap, at batch 1.
+            at = 1
+            wanted = self._first(unskipped, epoch, at, steps_per_epoch)
+        got = self._first(make_dataset, epoch, at, steps_per_epoch)
         if got == wanted:
             return make_dataset
-        takes_skip = accepts_skip(make_dataset)
         if takes_skip and is_grain(make_dataset(epoch, skip=0)):
-
-            def unskipped(epoch: int) -> Any:
-                return make_dataset(epoch, skip=0)
-
-            again = self._first(unskipped, epoch, skip, steps_per_epoch)
+            # Positioned by the agent instead; where a proof was saved, proven.
+            again = wanted
+            if proven:
+                again = self._first(unskipped, epoch, skip, steps_per_epoch)
             if again == wanted:
-                self._say(epoch, skip, got, wanted, epoch * steps_per_epoch + skip)
+                said = _repositioned(epoch, at, got, wanted, proven)
+                self._say(said, epoch * steps_per_epoch + skip)
                 return unskipped
-        raise PositionError(_refusal(epoch, skip, got, wanted, takes_skip))
+        raise PositionError(_refusal(epoch, skip, at, got, wanted, takes_skip))
 
     def _first(
         self, make_dataset: MakeDataset, epoch: int, skip: int, steps_per_epoch: int
@@ -104,27 +117,52 @@ class PositionProof:
         )
         return batch_hash(backend.current().first_batch_of(dataset))
 
-    def _say(self, epoch: int, skip: int, got: str, wanted: str, step: int) -> None:
-        said = (
-            f"make_dataset({epoch}, skip={skip}) did not start at batch {skip} of "
-            f"epoch {epoch} (its first batch {got} is not {wanted}, the batch "
-            f"trained there): its skip parameter is accepted and not used, or "
-            f"used wrongly. The Grain pipeline is positioned by the agent "
-            f"instead, and its batch {skip} matches: the resume is exact. Remove "
-            f"the skip parameter (Grain pipelines are positioned by index or by "
-            f"their saved state)."
-        )
+    def _say(self, said: str, step: int) -> None:
         if self._events is not None:  # logged by the event log too
             self._events.emit("data.repositioned", said, level="warning", step=step)
         else:
             log.warning("[step %s] %s", step, said)
 
 
-def _refusal(epoch: int, skip: int, got: str, wanted: str, takes_skip: bool) -> str:
+def _unskipped(make_dataset: MakeDataset) -> MakeDataset:
+    """``make_dataset`` without its ``skip``: the agent positions what it gives."""
+
+    def unskipped(epoch: int) -> Any:
+        return make_dataset(epoch, skip=0)
+
+    return unskipped
+
+
+def _what(epoch: int, at: int, proven: bool) -> str:
+    if proven:
+        return "the batch trained there"
+    return f"batch {at} drawn from make_dataset({epoch}, skip=0)"
+
+
+def _repositioned(epoch: int, at: int, got: str, wanted: str, proven: bool) -> str:
+    matched = (
+        f"its batch {at} matches: the resume is exact"
+        if proven
+        else "no batch is trained twice"
+    )
+    return (
+        f"make_dataset({epoch}, skip={at}) did not start at batch {at} of epoch "
+        f"{epoch} (its first batch {got} is not {wanted}, "
+        f"{_what(epoch, at, proven)}): its skip parameter is accepted and not "
+        f"used, or used wrongly. The Grain pipeline is positioned by the agent "
+        f"instead, and {matched}. Remove the skip parameter (Grain pipelines are "
+        f"positioned by index or by their saved state)."
+    )
+
+
+def _refusal(
+    epoch: int, skip: int, at: int, got: str, wanted: str, takes_skip: bool
+) -> str:
+    proven = at == skip
     head = (
         f"Resuming at batch {skip} of epoch {epoch} would train on other data "
-        f"than the run trained there: the first batch the resumed pipeline gives "
-        f"has fingerprint {got}, the batch trained there {wanted}. "
+        f"than the run trained there: make_dataset({epoch}, skip={at}) gives a "
+        f"first batch of fingerprint {got}, {_what(epoch, at, proven)} {wanted}. "
     )
     if takes_skip:
         cause = (
