@@ -116,6 +116,17 @@ def test_nothing_to_prove_at_an_epoch_start_or_without_proof_or_skip():
     assert PositionProof().check(unshuffled, 1, 4, STEPS) is unshuffled
 
 
+def test_after_a_deliberate_change_of_the_data_the_proof_is_reset():
+    """reset_data_fingerprints=True: the data changed on purpose."""
+    other = maker(lambda skip: skip)
+    proof = PositionProof(reset=True)
+    stale = {"epoch": 1, "batch": 4, "fingerprint": "0123456789abcdef"}
+    proof.restored({KEY: stale})
+    assert proof.check(other, 1, 4, STEPS) is other
+    with pytest.raises(PositionError):  # a wrong skip is still probed
+        proof.check(maker(lambda skip: 0), 1, 4, STEPS)
+
+
 def test_without_a_proof_the_skip_is_probed_at_batch_1():
     right = maker(lambda skip: skip)
     assert PositionProof().check(right, 1, 4, STEPS) is right

@@ -97,7 +97,7 @@ class CustomLoop:
         # The batches handed to train_step, and the proof of a resume's
         # position (data/proof.py).
         self.trail = BatchTrail()
-        self.proof = PositionProof(events)
+        self.proof = PositionProof(events, reset=reset_fingerprints)
         self.epoch = 0
         self._first_place = 0  # of the epoch being trained
         self._start_epoch = 0

@@ -102,7 +102,7 @@ class KerasFit:
         # The batches handed to fit, and the proof of a resume's position
         # (data/proof.py); the resumed epoch is built by `resumed_make`.
         self.trail = BatchTrail()
-        self.proof = PositionProof(events)
+        self.proof = PositionProof(events, reset=reset_fingerprints)
         self.resumed_make = make_dataset
         self.rebuild_watch = RebuildWatch(self.warn)
         for warning in callback_state.check_callbacks(self.user_callbacks):

@@ -49,17 +49,21 @@ class PositionProof:
 
     Args:
         events: where a pipeline positioned another way is announced.
+        reset: the ``reset_data_fingerprints`` option: the data changed on
+            purpose, so the proofs saved before are dropped (a ``skip`` is
+            still probed).
     """
 
-    def __init__(self, events: EventLog | None = None) -> None:
+    def __init__(self, events: EventLog | None = None, *, reset: bool = False) -> None:
         self._events = events
+        self._reset = reset
         self._saved: dict[str, Any] = {}
         self._extras: dict[str, Any] = {}
 
     def restored(self, extras: dict[str, Any]) -> None:
         """Take the proof (and the Grain state) a restored checkpoint carried."""
         saved = extras.get(KEY)
-        self._saved = saved if isinstance(saved, dict) else {}
+        self._saved = saved if isinstance(saved, dict) and not self._reset else {}
         self._extras = dict(extras)
 
     def check(
