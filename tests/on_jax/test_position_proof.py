@@ -15,6 +15,9 @@ right, ignore it, or honour it one batch early:
   before training, the checkpoint kept; fixed, the run resumes from it and
   ends bitwise equal.
 
+The same for ``agent.run`` (``backend_worker.py --loop run``: a custom step
+under ``jax.jit``, a list of NumPy batches per epoch, two epochs).
+
 Every kill must have landed during training, at a step after a mid-epoch
 save (the restore is checked to be mid-epoch, where a wrong ``skip``
 matters).
@@ -26,7 +29,7 @@ import random
 import subprocess
 
 import pytest
-from support.on_jax import jax_worker
+from support.on_jax import backend_worker, jax_worker
 from support.processes import read_out as read
 
 EPOCHS = "3"
@@ -126,3 +129,25 @@ def test_a_generator_with_a_wrong_skip_is_refused_and_stays_resumable(
     [restored] = result["restored"]
     assert restored % STEPS_PER_EPOCH, restored
     assert_bitwise(got, uninterrupted("numpy"))
+
+
+@pytest.mark.parametrize(("skip", "seed"), [("right", 8), ("ignored", 9)])
+def test_agent_run_proves_its_position(tmp_path, skip: str, seed: int) -> None:
+    base = str(tmp_path / "straight")
+    straight = backend_worker(base, base + "-out", "--loop", "run")
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    run, out = str(tmp_path / "run"), str(tmp_path / "out")
+    step = random.Random(seed).choice([9, 10, 11, 12, 13])  # epoch 1 of 2
+    mode = ("--loop", "run", "--skip-mode", skip)
+    died = backend_worker(run, out, *mode, "--kill-at-step", str(step))
+    assert died.returncode == -9 and f"KILLING at step {step}" in died.stdout
+    rerun = backend_worker(run, out, *mode)
+    if skip == "ignored":
+        assert rerun.returncode != 0
+        assert "PositionError: Resuming at batch " in rerun.stderr, rerun.stderr[-4000:]
+        rerun = backend_worker(run, out, "--loop", "run")  # fixed
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    got, result = read(out)
+    [restored] = result["restores"]
+    assert restored % STEPS_PER_EPOCH, restored
+    assert_bitwise(got, read(base + "-out")[0])
