@@ -15,7 +15,8 @@ honours it one batch early:
 
 ``agent.run`` compares with the proof its checkpoint carries; ``agent.fit``
 (its batches never pass through Python, so no proof is saved) probes the
-``skip`` itself.
+``skip`` itself. Last, NumPy batches under TensorFlow's ``agent.fit``
+(``tests/on_jax/backend_worker.py`` run here), with ``skip`` ignored.
 
 Every kill must have landed during training; the step resumed from must be
 mid-epoch (where a wrong ``skip`` matters).
@@ -27,6 +28,8 @@ import random
 
 import pytest
 from support import assert_bitwise_equal, steps_here, train_agent
+from support.on_jax import backend_worker
+from support.processes import read_out
 
 EPOCHS, STEPS_PER_EPOCH = 3, 12
 TOTAL = EPOCHS * STEPS_PER_EPOCH
@@ -109,3 +112,26 @@ def test_a_wrong_skip_is_refused_by_name_and_the_run_stays_resumable(
     fixed = train_agent(run_dir, out, "--loop", loop)
     assert_resumed_mid_epoch(fixed)
     assert_bitwise_equal(reference(loop), out)
+
+
+def test_numpy_batches_with_an_ignored_skip_are_refused_on_tensorflow(tmp_path):
+    numpy_on_tf = ("--backend", "tensorflow", "--numpy-data")
+    base = str(tmp_path / "straight")
+    straight = backend_worker(base, base + "-out", *numpy_on_tf)
+    assert straight.returncode == 0, straight.stderr[-4000:]
+    run_dir, out = str(tmp_path / "run"), str(tmp_path / "out")
+    step = random.Random(17).choice([9, 10, 11, 12, 13])  # 2 epochs of 7 steps
+    ignored = (*numpy_on_tf, "--skip-mode", "ignored")
+    died = backend_worker(run_dir, out, *ignored, "--kill-at-step", str(step))
+    assert died.returncode == -9 and f"KILLING at step {step}" in died.stdout
+    refused = backend_worker(run_dir, out, *ignored)
+    assert refused.returncode != 0
+    assert "PositionError: Resuming at batch " in refused.stderr, refused.stderr[-3000:]
+    fixed = backend_worker(run_dir, out, *numpy_on_tf)
+    assert fixed.returncode == 0, fixed.stderr[-4000:]
+    got, result = read_out(out)
+    assert result["restored_step"] % 7, result
+    want = read_out(base + "-out")[0]
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes(), name

@@ -229,7 +229,9 @@ def main() -> int:
     else:
         agent.fit(
             build_model(not args.no_dropout),
-            dataset_maker("jax" if args.numpy_data else args.backend, batch),
+            dataset_maker(
+                "jax" if args.numpy_data else args.backend, batch, args.skip_mode
+            ),
             epochs=EPOCHS,
             steps_per_epoch=STEPS_PER_EPOCH,
             verbose=0,
