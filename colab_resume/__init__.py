@@ -20,7 +20,7 @@ from colab_resume.checkpoint.errors import (
     NoValidCheckpointError,
     StructureMismatchError,
 )
-from colab_resume.data import NonDeterministicDatasetError
+from colab_resume.data import NonDeterministicDatasetError, PositionError
 from colab_resume.errors import (
     ColabResumeError,
     FencedError,
@@ -50,6 +50,7 @@ __all__ = [
     "NoRunDirError",
     "NoValidCheckpointError",
     "NonDeterministicDatasetError",
+    "PositionError",
     "Preempted",
     "Progress",
     "ResumeCallback",

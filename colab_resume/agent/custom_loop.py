@@ -45,8 +45,11 @@ from colab_resume import backend
 from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.epochs import epoch_dataset, split_step
 from colab_resume.agent.fingerprints import DataFingerprints
+from colab_resume.agent.proof import PositionProof
 from colab_resume.agent.steps import StepDuties
+from colab_resume.agent.trail import BatchTrail
 from colab_resume.agent.values import check_callable, scalars
+from colab_resume.backend import jax_distributed
 from colab_resume.checkpoint import RestoredInfo
 from colab_resume.data.cost import RebuildWatch
 from colab_resume.errors import ColabResumeError
@@ -91,7 +94,12 @@ class CustomLoop:
             make_dataset, reset=reset_fingerprints, events=events
         )
         self.rebuild_watch = RebuildWatch(self.warn)
+        # The batches handed to train_step, and the proof of a resume's
+        # position (data/proof.py).
+        self.trail = BatchTrail()
+        self.proof = PositionProof(events, reset=reset_fingerprints)
         self.epoch = 0
+        self._first_place = 0  # of the epoch being trained
         self._start_epoch = 0
         self.last_outputs: Any = None  # tensors; converted only when saved or shown
 
@@ -112,19 +120,35 @@ class CustomLoop:
         if info is None:
             return 0
         self.fingerprints.restored(info.extras, info.step)
+        self.proof.restored(info.extras)
         return info.step
 
     def metrics(self) -> dict[str, Any]:
         return _metrics(self.last_outputs)
 
     def snapshot(self) -> Snapshot:
-        extras = self.fingerprints.extras()
+        extras = {
+            **self.fingerprints.extras(),
+            **self.trail.extras(self.epoch, self.trail.handed_on),
+        }
         return Snapshot(self.state, self.epoch, self.metrics(), extras)
 
     def train(self, start_step: int, duties: StepDuties, strategy: Any) -> None:
         # The backend steps: a tf.function over the strategy, or JAX's
         # train_step on batches laid out over the devices.
         backend.current().train_custom(self, start_step, duties, strategy)
+
+    def follow(
+        self,
+        batches: Iterator[Any],
+        epoch: int,
+        view: Callable[[Any], Any] | None = None,
+    ) -> Iterator[Any]:
+        """The backend's batches of ``epoch``, kept as handed to ``train_step``
+        (:mod:`colab_resume.agent.trail`); across processes, as they are."""
+        if jax_distributed.process_count() > 1:
+            return batches  # each process's rows: no global batch to hash
+        return self.trail.follow(batches, epoch, self._first_place, view=view)
 
     @property
     def start_epoch(self) -> int:
@@ -139,8 +163,13 @@ class CustomLoop:
         """``(epoch, its dataset positioned at the resumed step, steps in it)``."""
         step = start_step
         self._start_epoch, skip = split_step(start_step, self.steps_per_epoch)
+        resumed_make = self.make_dataset
         if start_step:
             self.fingerprints.check(self._start_epoch)
+            if jax_distributed.process_count() == 1:
+                resumed_make = self.proof.check(
+                    self.make_dataset, self._start_epoch, skip, self.steps_per_epoch
+                )
         epoch = self._start_epoch
         while step < self.total_steps:
             self.epoch = epoch
@@ -149,8 +178,12 @@ class CustomLoop:
             here = skip if epoch == self._start_epoch else 0
             steps = min(self.steps_per_epoch - here, self.total_steps - step)
             dataset = epoch_dataset(
-                self.make_dataset, epoch, skip=here, steps_per_epoch=here + steps
+                resumed_make if epoch == self._start_epoch else self.make_dataset,
+                epoch,
+                skip=here,
+                steps_per_epoch=here + steps,
             )
+            self._first_place = here
             if backend.current().reads_pipeline_graphs:
                 self.rebuild_watch.check(
                     dataset, epoch=epoch, seconds=time.perf_counter() - started

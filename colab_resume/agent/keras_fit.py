@@ -32,7 +32,9 @@ from colab_resume.agent import callback_state, metric_state, spans
 from colab_resume.agent.driver import Snapshot
 from colab_resume.agent.epochs import epoch_dataset, split_step
 from colab_resume.agent.fingerprints import DataFingerprints
+from colab_resume.agent.proof import PositionProof
 from colab_resume.agent.steps import StepDuties
+from colab_resume.agent.trail import BatchTrail
 from colab_resume.agent.values import check_callable, scalars
 from colab_resume.backend import jax_distributed
 from colab_resume.backend.random_ops import RandomOpWatch
@@ -40,7 +42,7 @@ from colab_resume.checkpoint import RestoredInfo
 from colab_resume.checkpoint.groups import ModelAndExtras
 from colab_resume.data.contract import accepts_skip
 from colab_resume.data.cost import RebuildWatch
-from colab_resume.data.grain import GrainPosition
+from colab_resume.data.grain import GrainPosition, is_grain
 from colab_resume.errors import ColabResumeError
 from colab_resume.events import EventLog
 from colab_resume.validate import check_int
@@ -97,6 +99,11 @@ class KerasFit:
         )
         self.events = events
         self.grain = GrainPosition(jax_distributed.grain_shards)
+        # The batches handed to fit, and the proof of a resume's position
+        # (data/proof.py); the resumed epoch is built by `resumed_make`.
+        self.trail = BatchTrail()
+        self.proof = PositionProof(events, reset=reset_fingerprints)
+        self.resumed_make = make_dataset
         self.rebuild_watch = RebuildWatch(self.warn)
         for warning in callback_state.check_callbacks(self.user_callbacks):
             self.warn(warning)
@@ -177,6 +184,7 @@ class KerasFit:
         self.history = _new_history(saved.get("epoch"), saved.get("history"))
         self.fingerprints.restored(info.extras, info.step)
         self.grain.restored(info.extras)
+        self.proof.restored(info.extras)
         self.last_logs = dict(info.metrics or {})
         self.resumed_from = info.describe(self.steps_per_epoch)
         self.callback_states = info.extras.get("callbacks")
@@ -203,6 +211,9 @@ class KerasFit:
             **self.grain.extras(
                 self.epoch, self.step - self.epoch * self.steps_per_epoch
             ),
+            **self.trail.extras(
+                self.epoch, self.step - self.epoch * self.steps_per_epoch
+            ),
         }
         return Snapshot(state, self.epoch, self.metrics(), extras, setup)
 
@@ -223,6 +234,10 @@ class KerasFit:
             self.fingerprints.forget()
         elif start_step:
             self.fingerprints.check(start_epoch)
+        if start_step and jax_distributed.process_count() == 1:
+            self.resumed_make = self.proof.check(
+                self.make_dataset, start_epoch, skip, self.steps_per_epoch
+            )
         hook = _make_hook(self, duties)
         callbacks = [hook] + ([_make_progbar(self)] if self.verbose != 0 else [])
         # The step is traced during its first call: watch what it creates.
@@ -283,12 +298,16 @@ class KerasFit:
         """
         started = time.perf_counter()
         dataset = epoch_dataset(
-            self.make_dataset,
+            self.resumed_make if first else self.make_dataset,
             epoch,
             skip=skip,
             steps_per_epoch=self.steps_per_epoch,
             position=self.grain,
         )
+        if jax_distributed.process_count() == 1:
+            # Batches that pass through Python are kept as fit draws them:
+            # a save's position proof hashes the next one (agent/trail.py).
+            dataset = self._followed(dataset, epoch, skip)
         chosen = backend.current()
         if chosen.reads_pipeline_graphs:
             self.rebuild_watch.check(
@@ -301,6 +320,18 @@ class KerasFit:
                 log.info("[step %d] %s", self.step, said)
                 if self.events is not None:
                     self.events.emit("data.positioned", said, step=self.step)
+        return dataset
+
+    def _followed(self, dataset: Any, epoch: int, skip: int) -> Any:
+        """``dataset``, of its own kind, its batches known to the trail."""
+        if hasattr(dataset, "__next__"):
+            return self.trail.follow(dataset, epoch, skip)
+        follow = getattr(dataset, "follow_batches", None)
+        if callable(follow):  # a Grain IterDataset, positioned (data/grain_fed.py)
+            return follow(lambda batches: self.trail.follow(batches, epoch, skip))
+        if is_grain(dataset) and hasattr(dataset, "__getitem__"):
+            # A Grain MapDataset slice from `skip`: a save looks its batch up.
+            self.trail.index(lambda place: dataset[place - skip], epoch)
         return dataset
 
     def _fit_span(

@@ -149,10 +149,11 @@ class AgentOptions:
             can still be bitwise equal, then trains; ``"refuse"`` raises
             ``RuntimeChangedError`` naming the changes, before training.
         reset_data_fingerprints (bool): on resume, discard the data fingerprints
-            stored with the checkpoint and record new ones, instead of
-            raising ``NonDeterministicDatasetError``: for the one run after
-            fixing a non-deterministic ``make_dataset``. An event says what
-            was discarded.
+            (and the position proof) stored with the checkpoint and record
+            new ones, instead of raising ``NonDeterministicDatasetError``
+            or ``PositionError``: for the one run after fixing a
+            non-deterministic ``make_dataset``. An event says what was
+            discarded.
         exit_on_preemption (bool | None): after the final checkpoint of a run
             that SIGTERM or a preemption notice ended before its end, raise
             :class:`~colab_resume.Preempted` (exit status 143) out of

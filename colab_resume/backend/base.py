@@ -38,6 +38,17 @@ class CustomLoop(Protocol):
         """Report a warning event."""
         ...
 
+    def follow(
+        self,
+        batches: Iterator[Any],
+        epoch: int,
+        view: Callable[[Any], Any] | None = None,
+    ) -> Iterator[Any]:
+        """The epoch's batches as handed to ``train_step``, kept for the
+        position proof a save carries (``view``: the global batch as host
+        arrays, from one handed on)."""
+        ...
+
 
 class StepHooks(Protocol):
     """The duties around each step (``agent.steps.StepDuties``)."""

@@ -448,7 +448,8 @@ class JaxBackend:
         """
         # This process's rows are split over its own devices.
         devices = replicas() // jax_distributed.process_count()
-        for epoch, batches, steps in loop.epochs(start_step):
+        for epoch, rows, steps in loop.epochs(start_step):
+            batches = loop.follow(rows, epoch)
             for index in range(steps):
                 batch = next(batches)
                 if epoch == loop.start_epoch and index == 0:

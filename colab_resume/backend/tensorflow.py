@@ -131,6 +131,26 @@ def numpy_dataset(
     return tf.data.Dataset.from_generator(batches, output_signature=spec)
 
 
+def _joined(strategy: Any) -> Callable[[Any], Any]:
+    """A distributed batch as the global batch it was split from, host arrays
+    (the replicas' parts hold consecutive rows of it)."""
+    import numpy as np
+    import tensorflow as tf
+
+    def join(batch: Any) -> Any:
+        return tf.nest.map_structure(
+            lambda value: np.concatenate(
+                [
+                    np.asarray(part)
+                    for part in strategy.experimental_local_results(value)
+                ]
+            ),
+            batch,
+        )
+
+    return join
+
+
 def _tuples(batch: Any) -> Any:
     """Lists as tuples, all the way down: tf.data's structures are tuples."""
     if isinstance(batch, list):
@@ -303,8 +323,8 @@ class TensorFlowBackend:
         state, user_step = loop.state, loop.train_step
 
         @tf.function  # type: ignore[untyped-decorator]  # tensorflow: untyped
-        def distributed_step(iterator: Any) -> Any:
-            outputs = strategy.run(user_step, args=(state, next(iterator)))
+        def distributed_step(batch: Any) -> Any:
+            outputs = strategy.run(user_step, args=(state, batch))
             # SUM, not MEAN: the replicas' values are shares of the global
             # batch's (see agent/custom_loop.py).
             return tf.nest.map_structure(
@@ -315,17 +335,21 @@ class TensorFlowBackend:
         for epoch, dataset, steps in loop.epochs(start_step):
             if epoch == loop.start_epoch:
                 check_global_batch(dataset, strategy.num_replicas_in_sync, epoch)
-            iterator = iter(strategy.experimental_distribute_dataset(dataset))
+            # Drawn here, not inside the step: the loop keeps the batches
+            # handed on for the position proof a save carries.
+            distributed = iter(strategy.experimental_distribute_dataset(dataset))
+            batches = loop.follow(distributed, epoch, view=_joined(strategy))
             for _ in range(steps):
+                batch = next(batches)
                 duties.before_step()
                 if watch is not None:  # the first call traces the step
                     with watch:
-                        outputs = distributed_step(iterator)
+                        outputs = distributed_step(batch)
                     if warning := watch.warning():
                         loop.warn(warning)
                     watch = None
                 else:
-                    outputs = distributed_step(iterator)
+                    outputs = distributed_step(batch)
                 # Converting to Python here would wait for the device every step.
                 loop.last_outputs = outputs
                 if duties.after_step(duties.step + 1):

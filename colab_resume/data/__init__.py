@@ -22,6 +22,7 @@ Imports nothing of the backends, the agent or the checkpoints: they import it.
 from colab_resume.data.contract import (
     DatasetError,
     NonDeterministicDatasetError,
+    PositionError,
     accepts_skip,
 )
 from colab_resume.data.grain import GrainPosition
@@ -30,5 +31,6 @@ __all__ = [
     "DatasetError",
     "GrainPosition",
     "NonDeterministicDatasetError",
+    "PositionError",
     "accepts_skip",
 ]

@@ -22,6 +22,11 @@ class NonDeterministicDatasetError(DatasetError):
     """``make_dataset(epoch)`` gave different batches before and after a restart."""
 
 
+class PositionError(DatasetError):
+    """A resume's first batch is not the batch the run trained there
+    (:mod:`colab_resume.agent.proof`)."""
+
+
 def accepts_skip(make_dataset: Callable[..., Any]) -> bool:
     """True when ``make_dataset`` takes a ``skip`` keyword (it skips index-first)."""
     try:

@@ -29,7 +29,7 @@ class PositionedIterDataset(grain.IterDataset):  # type: ignore[misc]  # untyped
 
     Args:
         first: the iterator ``fit`` gets on its first ``iter()``, already
-            positioned and tracked by the caller.
+            positioned and tracked by the caller (None: a new one).
         again: a new one, for any later ``iter()`` (Keras or a model's
             preprocessing may iterate more than once).
         source: the user's dataset (the parent that Grain's own
@@ -49,6 +49,17 @@ class PositionedIterDataset(grain.IterDataset):  # type: ignore[misc]  # untyped
     def __iter__(self) -> Any:
         batches, self._first = self._first, None
         return _Batches(batches if batches is not None else self._again())
+
+    def follow_batches(self, follow: Callable[[Any], Any]) -> PositionedIterDataset:
+        """The same batches, each iterator's passed through ``follow`` first
+        (the agent's record of what it hands the model)."""
+        first, again = self._first, self._again
+        self._first = None
+        return PositionedIterDataset(
+            follow(first) if first is not None else None,
+            lambda: follow(again()),
+            self.parents[0],
+        )
 
     def __str__(self) -> str:
         return "PositionedIterDataset"

@@ -231,6 +231,21 @@ def _history(value: Any) -> str | None:
     return "must be {'epoch': [int, ...], 'history': {name: [number, ...]}}"
 
 
+def _position(value: Any) -> str | None:
+    """The proof a resume checks its data position by (agent/trail.py)."""
+    if isinstance(value, dict) and (
+        not value
+        or (
+            set(value) == {"epoch", "batch", "fingerprint"}
+            and _int(value["epoch"])
+            and _int(value["batch"])
+            and isinstance(value["fingerprint"], str)
+        )
+    ):
+        return None
+    return "must be {'epoch': int, 'batch': int, 'fingerprint': str}"
+
+
 def _is_scalar(value: Any) -> bool:
     return value is None or (
         isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -251,6 +266,7 @@ ENTRIES: dict[str, Callable[[Any], str | None]] = {
     "grain": _grain,
     "steps_per_epoch": _one_of(_positive_or_none, "must be a count >= 1 or null"),
     "runtime": _runtime,
+    "position": _position,
 }
 
 

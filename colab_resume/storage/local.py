@@ -6,6 +6,14 @@ outside the run directory), directories where records belong, and the
 empty folders that deleted checkpoints leave. Records are written through
 a temporary file, so readers never see half of one; create-only is an
 atomic hard link.
+
+A disk also keeps written data in the page cache until the kernel writes
+it back: a machine that loses power (a preempted VM, a mounted volume
+detached) loses what was not. So every file the store places is synced,
+then the directories whose entries it added, before the call returns:
+a checkpoint's shards are on the disk before its manifest is written,
+and the manifest before its commit counts (docs/protocol.md, "Local
+disks").
 """
 
 from __future__ import annotations
@@ -138,19 +146,32 @@ class LocalStore(FsspecStore):
     ) -> None:
         # A rename, not a second write of the same bytes: a checkpoint saved
         # every few seconds would otherwise write its state twice a save,
-        # and the upload thread fall behind the saves. The durability is
-        # the copy's: neither syncs the file, the manifest's commit does
-        # (a crash of the machine before the kernel wrote it back leaves a
-        # shard that fails its CRC32C at restore, which goes back to the
-        # checkpoint before). Across disks, a copy as before.
+        # and the upload thread fall behind the saves. Across disks, a copy.
         target = self.path(rel)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
+        made = _make_dirs(os.path.dirname(target))
         try:
             os.replace(local_path, target)
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
             self.put_file(local_path, rel, timeout=timeout)
+            return
+        # The staging disk's write-back may not have happened: the data and
+        # the rename are made durable here, before the manifest commits them.
+        sync_placed(target, made)
+
+    def put_file(
+        self,
+        local_path: str,
+        rel: str,
+        *,
+        timeout: float | None = None,
+        chunk_bytes: int | None = None,
+    ) -> None:
+        target = self.path(rel)
+        made = _make_dirs(os.path.dirname(target))
+        super().put_file(local_path, rel, timeout=timeout, chunk_bytes=chunk_bytes)
+        sync_placed(target, made)
 
     def mark_visible(self, rel: str, *, timeout: float | None = None) -> None:
         # A record's mtime is when its temporary file was written; the link
@@ -183,14 +204,16 @@ def write_atomically(path: str, data: bytes, create_only: bool) -> None:
     """Write via a temporary file so readers never see half a record.
 
     Create-only uses ``os.link``, which fails atomically if the target
-    exists; overwrite uses ``os.replace``.
+    exists; overwrite uses ``os.replace``. The data is synced before the
+    link or rename, and the directory after it: once this returns, the
+    record survives a power cut (a manifest written here commits).
 
     Raises:
         FileExistsError: create-only, and the record exists.
         NoHardLinksError: create-only on a file system without hard links.
     """
     directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
+    made = _make_dirs(directory)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -211,6 +234,50 @@ def write_atomically(path: str, data: bytes, create_only: bool) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    sync_directories([directory, *made])
+
+
+def sync_placed(path: str, made: list[str]) -> None:
+    """Sync the file at ``path``, then its directory and the ones ``made``
+    for it (their entries name it): all of it survives a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    sync_directories([os.path.dirname(path), *made])
+
+
+def sync_directories(directories: list[str]) -> None:
+    """Sync each directory's entries (the names added to it), in order.
+
+    Where the file system cannot sync a directory (some network mounts
+    refuse it with EINVAL), the names are as durable as it makes them.
+    """
+    for directory in directories:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+                raise
+        finally:
+            os.close(fd)
+
+
+def _make_dirs(directory: str) -> list[str]:
+    """Create ``directory`` and missing parents; return the parents whose
+    entries changed (each new directory's own parent), deepest first."""
+    missing: list[str] = []
+    path = directory
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    os.makedirs(directory, exist_ok=True)
+    return [os.path.dirname(p) for p in missing]
 
 
 def _temporary(path: str) -> bool:

@@ -3,7 +3,7 @@
     PYTHONPATH=tests python tests/on_jax/backend_worker.py RUN_DIR OUT_DIR
         [--backend jax] [--replicas 2] [--precision float32] [--no-dropout]
         [--kill-at-step N] [--unavailable-at-step N] [--per-replica-batch N]
-        [--loop run|light]
+        [--loop run|light] [--skip-mode right|ignored|off-by-one]
 
 The same model and data on JAX (NumPy batches, run in the virtualenv
 without TensorFlow) and on TensorFlow (a ``tf.data`` pipeline over the
@@ -18,7 +18,9 @@ once, the error a lost TPU raises through XLA (no TPU can be lost here).
 step written against Keras' stateless API under ``jax.jit`` (JAX only).
 ``--loop light`` trains it through the lighter path: ``agent.restore`` and
 the script's own ``model.fit`` calls with ``agent.callback()``, a resumed
-epoch finished by a ``fit`` over its remaining batches.
+epoch finished by a ``fit`` over its remaining batches. ``--skip-mode``
+makes ``make_dataset``'s ``skip`` accepted and not used (``ignored``) or
+honoured one batch early (``off-by-one``) instead of ``right``.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def arrays_of_epoch(epoch: int) -> tuple[object, object]:
     return x, y
 
 
-def dataset_maker(backend: str, batch: int):  # type: ignore[no-untyped-def]
+def dataset_maker(backend: str, batch: int, skip_mode: str = "right"):  # type: ignore[no-untyped-def]
     def numpy_batches(epoch: int, skip: int = 0) -> list[tuple[object, object]]:
         x, y = arrays_of_epoch(epoch)
         steps = len(x) // batch  # type: ignore[arg-type]
@@ -52,7 +54,8 @@ def dataset_maker(backend: str, batch: int):  # type: ignore[no-untyped-def]
             (x[i * batch : (i + 1) * batch], y[i * batch : (i + 1) * batch])  # type: ignore[index]
             for i in range(steps)
         ]
-        return pairs[skip:]
+        first = {"right": skip, "ignored": 0}.get(skip_mode, max(skip - 1, 0))
+        return pairs[first:]
 
     def tf_dataset(epoch: int, skip: int = 0) -> object:
         import tensorflow as tf
@@ -161,6 +164,9 @@ def main() -> int:
     parser.add_argument("--loop", choices=("fit", "run", "light"), default="fit")
     # The NumPy batches on TensorFlow too: one script for both backends.
     parser.add_argument("--numpy-data", action="store_true")
+    parser.add_argument(
+        "--skip-mode", choices=("right", "ignored", "off-by-one"), default="right"
+    )
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = args.backend
 
@@ -210,7 +216,9 @@ def main() -> int:
     if args.loop == "run":
         state = agent.run(
             build_state(not args.no_dropout),
-            dataset_maker("jax" if args.numpy_data else args.backend, batch),
+            dataset_maker(
+                "jax" if args.numpy_data else args.backend, batch, args.skip_mode
+            ),
             jax_train_step(),
             total_steps=EPOCHS * STEPS_PER_EPOCH,
             steps_per_epoch=STEPS_PER_EPOCH,
@@ -221,7 +229,9 @@ def main() -> int:
     else:
         agent.fit(
             build_model(not args.no_dropout),
-            dataset_maker("jax" if args.numpy_data else args.backend, batch),
+            dataset_maker(
+                "jax" if args.numpy_data else args.backend, batch, args.skip_mode
+            ),
             epochs=EPOCHS,
             steps_per_epoch=STEPS_PER_EPOCH,
             verbose=0,

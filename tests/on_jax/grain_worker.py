@@ -1,7 +1,8 @@
 """Train through ``agent.fit`` on JAX with a Grain pipeline, maybe dying.
 
     PYTHONPATH=tests python tests/on_jax/grain_worker.py RUN_DIR OUT_DIR
-        --kind map|iter|loader [--kill-at-step N] [--changed]
+        --kind map|iter|loader|numpy [--kill-at-step N] [--changed]
+        [--skip right|ignored|off-by-one] [--epochs N]
 
 ``make_dataset(epoch)`` returns a Grain pipeline with a seeded shuffle
 and a random map: a ``MapDataset`` (``map``), an ``IterDataset`` with
@@ -9,6 +10,10 @@ read-ahead threads and a random map after them (``iter``), or a
 ``DataLoader`` with an ``IndexSampler`` and a ``RandomMap`` transform
 (``loader``). No ``skip`` argument: the agent positions the pipeline.
 ``--changed`` adds a stage to the pipeline (to be refused on resume).
+``--skip`` gives ``make_dataset`` a ``skip`` parameter, as the tf.data
+recipe has it: honoured (``right``: batches from ``skip`` on), accepted and
+not used (``ignored``), or honoured one batch early (``off-by-one``). The
+``numpy`` kind is a generator of NumPy batches shuffled from the epoch.
 ``--kill-at-step`` SIGKILLs the process after that step's duties.
 
 OUT_DIR receives ``weights.npz`` (every model and optimizer variable) and
@@ -37,7 +42,7 @@ def records() -> list[tuple[object, object]]:
     return list(zip(x, y, strict=True))
 
 
-def dataset_maker(kind: str, changed: bool):  # type: ignore[no-untyped-def]
+def dataset_maker(kind: str, changed: bool, skip_mode: str | None):  # type: ignore[no-untyped-def]
     import grain
     import numpy as np
 
@@ -54,7 +59,18 @@ def dataset_maker(kind: str, changed: bool):  # type: ignore[no-untyped-def]
         def random_map(self, element, rng):  # type: ignore[no-untyped-def]
             return noise(element, rng)
 
-    def make_dataset(epoch: int):  # type: ignore[no-untyped-def]
+    def make_dataset(epoch: int, skip: int = 0):  # type: ignore[no-untyped-def]
+        # Where the pipeline starts, as the --skip mode honours `skip`.
+        first = {"right": skip, "off-by-one": max(skip - 1, 0)}.get(skip_mode, 0)
+        if kind == "numpy":
+            order = np.random.default_rng(epoch).permutation(len(source))
+            return (
+                tuple(
+                    np.stack(part)
+                    for part in zip(*(source[i] for i in rows), strict=True)
+                )
+                for rows in order.reshape(-1, BATCH)[first:]
+            )
         if kind == "loader":
             sampler = grain.samplers.IndexSampler(
                 num_records=len(source),
@@ -73,14 +89,27 @@ def dataset_maker(kind: str, changed: bool):  # type: ignore[no-untyped-def]
         ds = grain.MapDataset.source(source).shuffle(seed=epoch)
         if kind == "map":
             ds = ds.random_map(noise, seed=11).batch(BATCH, drop_remainder=True)
+            ds = ds[first:]
             return ds.map(scaled) if changed else ds
         ds = ds.batch(BATCH, drop_remainder=True).to_iter_dataset(
             grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)
         )
         ds = ds.random_map(lambda b, rng: (b[0] + rng.random(), b[1]), seed=epoch)
+        if first:  # as an iterator is positioned: its first batches drawn
+            ds = _dropping(ds, first)
         return ds.map(scaled) if changed else ds
 
+    if skip_mode is None:
+        return lambda epoch: make_dataset(epoch)
     return make_dataset
+
+
+def _dropping(ds, count: int):  # type: ignore[no-untyped-def]
+    """``ds``'s iterator with its first ``count`` batches drawn."""
+    iterator = iter(ds)
+    for _ in range(count):
+        next(iterator)
+    return iterator
 
 
 def build_model():  # type: ignore[no-untyped-def]
@@ -115,7 +144,11 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("run_dir")
     parser.add_argument("out_dir")
-    parser.add_argument("--kind", choices=("map", "iter", "loader"), required=True)
+    parser.add_argument(
+        "--kind", choices=("map", "iter", "loader", "numpy"), required=True
+    )
+    parser.add_argument("--skip", choices=("right", "ignored", "off-by-one"))
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--kill-at-step", type=int)
     parser.add_argument("--changed", action="store_true")
     args = parser.parse_args()
@@ -147,10 +180,17 @@ def main() -> int:
     agent.events.subscribe(
         lambda e: restored.append(e.step) if e.kind == "checkpoint.restored" else None
     )
+    agent.events.subscribe(
+        lambda e: (
+            positioned.lines.append(e.message)
+            if e.kind == "data.repositioned"
+            else None
+        )
+    )
     agent.fit(
         build_model,
-        dataset_maker(args.kind, args.changed),
-        epochs=EPOCHS,
+        dataset_maker(args.kind, args.changed, args.skip),
+        epochs=args.epochs,
         steps_per_epoch=STEPS_PER_EPOCH,
         verbose=0,
     )

@@ -6,7 +6,7 @@
         [--retry-seconds S] [--step-sleep S] [--takeover] [--run-id ID] [--plain]
         [--unseeded-shuffle] [--reset-data-fingerprints]
         [--expiring-token] [--events EVENTS.json] [--tick-seconds S]
-        [--stop-at-step N] [--raise-at-step N]
+        [--stop-at-step N] [--raise-at-step N] [--skip-mode MODE]
 
 Trains a small Keras model (Dense, Dropout, BatchNormalization, Adam) under a
 2-replica MirroredStrategy on CPU with op determinism, through
@@ -24,6 +24,9 @@ mid-run leave no history chunk at all, as one killed in its first seconds.
 ``--stop-at-step`` calls ``agent.stop()`` there, ``--raise-at-step`` raises
 a ``RuntimeError`` (a bug in the user's code): the exit-status tests read
 how the process ends. Every step prints ``STEP N`` when ``--print-steps``.
+``--skip-mode`` makes ``make_dataset``'s ``skip`` honoured (``right``, the
+default), accepted and not used (``ignored``) or one batch early
+(``off-by-one``).
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--stop-at-step", type=int)
     parser.add_argument("--raise-at-step", type=int)
     parser.add_argument("--print-steps", action="store_true")
+    parser.add_argument(
+        "--skip-mode", choices=["right", "ignored", "off-by-one"], default="right"
+    )
     return parser.parse_args()
 
 
@@ -94,7 +100,8 @@ def main() -> int:
         seed = (
             int.from_bytes(os.urandom(4), "little") if args.unseeded_shuffle else epoch
         )
-        return toy.epoch_batches(x, y, BATCH, seed).skip(skip)
+        first = {"right": skip, "ignored": 0}.get(args.skip_mode, max(skip - 1, 0))
+        return toy.epoch_batches(x, y, BATCH, seed).skip(first)
 
     def build_model() -> keras.Model:
         return toy.model(
