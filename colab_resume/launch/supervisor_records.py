@@ -64,7 +64,7 @@ MIN_DEAD_AFTER_SECONDS = 10.0
 
 def beat_path(number: int) -> str:
     """Supervisor ``number``'s beat (overwritten by it alone)."""
-    return f"{rundir.SUPERVISOR_DIR}/{number:08d}.beat.json"
+    return rundir.supervisor_beat_path(number)
 
 
 def dead_after(beat_seconds: float) -> float:

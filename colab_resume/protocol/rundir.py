@@ -30,6 +30,7 @@ HEARTBEAT_DIR = "heartbeat"
 CHECKPOINT_DIR = "checkpoints"
 SUPERVISOR_DIR = "supervisor"
 HISTORY_DIR = "history"
+TRACKERS_DIR = "trackers"
 MANIFEST = "MANIFEST.json"
 
 # A lease object is named with exactly 8 ASCII digits, from 00000001. Any
@@ -70,6 +71,16 @@ def supervisor_path(number: int) -> str:
 def relaunches_path(number: int) -> str:
     """What supervisor ``number`` relaunched (overwritten as it goes)."""
     return f"{SUPERVISOR_DIR}/{number:08d}.relaunches.json"
+
+
+def supervisor_beat_path(number: int) -> str:
+    """Supervisor ``number``'s heartbeat (overwritten every beat)."""
+    return f"{SUPERVISOR_DIR}/{number:08d}.beat.json"
+
+
+def tracker_path(name: str) -> str:
+    """Where tracker ``name``'s identity lives (``trackers/mlflow.json``)."""
+    return f"{TRACKERS_DIR}/{name}.json"
 
 
 def chunk_path(lease: int, seq: int) -> str:

@@ -34,12 +34,12 @@ from colab_resume.storage import Storage
 
 log = logging.getLogger(__name__)
 
-TRACKERS_DIR = "trackers"
+TRACKERS_DIR = rundir.TRACKERS_DIR
 
 
 def record_path(name: str) -> str:
     """Where tracker ``name``'s identity lives in the run directory."""
-    return f"{TRACKERS_DIR}/{name}.json"
+    return rundir.tracker_path(name)
 
 
 def storage_of(agent: Any) -> Storage:
