@@ -3,8 +3,10 @@
 What ``strategy.scope()`` is to TensorFlow, a ``keras.distribution`` is to
 JAX: :func:`connect` builds a fresh ``DataParallel`` over every device of
 the chosen platform and makes it Keras' global distribution, so variables
-are replicated and each global batch is split over the devices. The loop
-still enters ``distribution.scope()`` around ``build_model``.
+are replicated and each global batch is split over the devices — unless the
+user set a distribution of their own (a ``ModelParallel`` with a
+``LayoutMap``), which is kept. The loop still enters
+``distribution.scope()`` around ``build_model``.
 
 On the CPU, ``cpu_replicas=N`` splits the host into N XLA devices with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=N``. XLA reads the flag
@@ -106,7 +108,8 @@ def request_cpu_devices(count: int, env: dict[str, str] | None = None) -> None:
 
 
 def connect(prefer: str, cpu_replicas: int) -> JaxConnection:
-    """A fresh ``DataParallel`` over the devices, set as Keras' distribution.
+    """The user's ``keras.distribution`` if they set one, else a fresh
+    ``DataParallel`` over the devices, set as Keras' distribution.
 
     Args:
         prefer: ``"auto"`` (JAX's default platform: TPU, then GPU, then
