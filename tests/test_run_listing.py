@@ -22,6 +22,7 @@ from colab_resume.cli import common
 from colab_resume.heartbeat import RunSession, SessionOptions
 from colab_resume.protocol import commit, rundir
 from colab_resume.protocol.listing import RunListing
+from colab_resume.protocol.objects import OBJECT_DIR
 from colab_resume.storage import ObjectInfo, Storage
 
 
@@ -86,12 +87,15 @@ def test_status_lists_leases_and_checkpoints_once(monkeypatch, run_dir):
     }
 
 
-def test_prune_lists_leases_and_checkpoints_once(monkeypatch, run_dir):
+def test_prune_lists_leases_checkpoints_and_objects_once(monkeypatch, run_dir):
+    # The shared objects (objects/) are listed once too: a prune keeps those
+    # a kept checkpoint references and collects the others.
+    once = {rundir.LEASE_DIR + "/": 1, rundir.CHECKPOINT_DIR: 1, OBJECT_DIR + "/": 1}
     listed = listings(monkeypatch, run_dir, "prune", "--keep", "1", "--dry-run")
-    assert listed == {rundir.LEASE_DIR + "/": 1, rundir.CHECKPOINT_DIR: 1}
+    assert listed == once
     # A real prune deletes from that same listing; it lists nothing more.
     listed = listings(monkeypatch, run_dir, "prune", "--keep", "1")
-    assert listed == {rundir.LEASE_DIR + "/": 1, rundir.CHECKPOINT_DIR: 1}
+    assert listed == once
     assert [o.path for o in Storage(run_dir).list(rundir.CHECKPOINT_DIR)] == [
         "checkpoints/step-000000300.e00000002/MANIFEST.json",
         "checkpoints/step-000000300.e00000002/ckpt.data",
