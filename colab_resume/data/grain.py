@@ -213,7 +213,8 @@ class GrainPosition:
             if drop:
                 self.how = "index"
             return dataset[drop : drop + wanted]
-        if _is_iter_dataset(dataset):
+        if _is_iter_dataset(dataset) and not hasattr(dataset, "__next__"):
+            # (An ElasticIterator is both: an iterator, positioned in place.)
             from colab_resume.data.grain_fed import PositionedIterDataset
 
             def opened() -> Iterator[Any]:
