@@ -89,8 +89,8 @@ def main() -> int:
     os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={DEVICES}"
 
     import keras
-    import numpy as np
     from support.dying import kill_if_at
+    from support.processes import write_out
 
     from colab_resume.agent import Agent
     from colab_resume.agent.runtime_facts import RuntimeChangedError
@@ -149,14 +149,8 @@ def main() -> int:
             for v in model.trainable_variables
             if "kernel" in v.path
         }
-        variables = list(model.variables) + list(model.optimizer.variables)
-        np.savez(
-            os.path.join(args.out_dir, "weights.npz"),
-            **{
-                f"{i:03d}": np.asarray(keras.ops.convert_to_numpy(v.value))
-                for i, v in enumerate(variables)
-            },
-        )
+        write_out(args.out_dir, model, result)
+        return 0
     with open(os.path.join(args.out_dir, "result.json"), "w") as handle:
         json.dump(result, handle, default=str)
     return 0

@@ -41,6 +41,24 @@ def python_path(*first: str) -> str:
     return os.pathsep.join(path for path in (TESTS, *first, ROOT) if path)
 
 
+def write_out(out_dir: str, model: Any, result: dict[str, Any]) -> None:
+    """What a worker leaves for :func:`read_out`: every model and optimizer
+    variable of ``model`` in ``weights.npz`` (in order), and ``result``."""
+    import keras
+    import numpy as np
+
+    variables = list(model.variables) + list(model.optimizer.variables)
+    np.savez(
+        os.path.join(out_dir, "weights.npz"),
+        **{
+            f"{i:03d}": np.asarray(keras.ops.convert_to_numpy(v.value))
+            for i, v in enumerate(variables)
+        },
+    )
+    with open(os.path.join(out_dir, "result.json"), "w") as handle:
+        json.dump(result, handle, default=str)
+
+
 def read_out(out_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """What a worker left in ``out_dir``: name -> array from its
     ``weights.npz``, and its ``result.json``."""

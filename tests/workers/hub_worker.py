@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import sys
 from functools import cache
@@ -164,6 +163,7 @@ def main() -> int:
     import keras
     import numpy as np
     from support.dying import kill_if_at
+    from support.processes import write_out
 
     from colab_resume.agent import Agent
 
@@ -195,17 +195,8 @@ def main() -> int:
         verbose=0,
     )
     model = agent.model
-    variables = list(model.variables) + list(model.optimizer.variables)
-    np.savez(
-        os.path.join(args.out_dir, "weights.npz"),
-        **{
-            f"{i:03d}": np.asarray(keras.ops.convert_to_numpy(v.value))
-            for i, v in enumerate(variables)
-        },
-    )
     trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-    with open(os.path.join(args.out_dir, "result.json"), "w") as handle:
-        json.dump({"restored": restored, "trainable": trainable}, handle)
+    write_out(args.out_dir, model, {"restored": restored, "trainable": trainable})
     return 0
 
 
