@@ -87,6 +87,39 @@ def replace_identity(storage: Storage, name: str, record: dict[str, Any]) -> Non
     storage.write_json(record_path(name), record)
 
 
+def replace_refused(
+    storage: Storage,
+    name: str,
+    refused: dict[str, Any],
+    why: str,
+    make: Callable[[], dict[str, Any]],
+    *,
+    what: str,
+    made: str,
+    events: Any,
+) -> dict[str, Any]:
+    """A new identity in place of ``refused``, a record that is not this run's.
+
+    Records ``make()``'s identity over it and says so by name (a warning and
+    a ``tracker.refused`` event).
+
+    Args:
+        why: why ``refused`` is not this run's, in words.
+        what: the tracker's name for people (``"MLflow"``).
+        made: what ``make`` did, in words (``"created"``, ``"drew"``).
+        events: the agent's event log.
+    """
+    record = make()
+    replace_identity(storage, name, record)
+    said = (
+        f"{what}: the recorded {what} run {refused.get('run_id')!r} is not this "
+        f"run's ({why}); {made} {what} run {record['run_id']} instead"
+    )
+    log.warning(said)
+    events.emit("tracker.refused", said, level="warning")
+    return record
+
+
 def read_identity(storage: Storage, name: str) -> dict[str, Any] | None:
     """The identity tracker ``name`` recorded for this run, or None."""
     try:

@@ -23,7 +23,6 @@ has (at the start of training, and when the block ends).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -32,14 +31,12 @@ from typing import Any
 
 from colab_resume.trackers.identity import (
     claim_identity,
-    replace_identity,
+    replace_refused,
     run_id_of,
     safe_uri,
     storage_of,
 )
 from colab_resume.trackers.logger import failed, require
-
-log = logging.getLogger(__name__)
 
 PIP = "mlflow"
 TAG = "colab_resume"
@@ -141,15 +138,17 @@ class MlflowRun:
         if not self.created:
             why = self._not_ours(record, experiment)
             if why is not None:
-                refused = record.get("run_id")
-                record, self.created = create(), True
-                replace_identity(self.storage, "mlflow", record)
-                said = (
-                    f"MLflow: the recorded MLflow run {refused!r} is not this "
-                    f"run's ({why}); created MLflow run {record['run_id']} instead"
+                record = replace_refused(
+                    self.storage,
+                    "mlflow",
+                    record,
+                    why,
+                    create,
+                    what="MLflow",
+                    made="created",
+                    events=agent.events,
                 )
-                log.warning(said)
-                agent.events.emit("tracker.refused", said, level="warning")
+                self.created = True
             else:
                 self._bound = True
         self.run_id = str(record["run_id"])

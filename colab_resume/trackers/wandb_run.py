@@ -26,7 +26,6 @@ first session has not written yet, as soon as training begins.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import secrets
 import string
@@ -36,7 +35,7 @@ from typing import Any
 
 from colab_resume.trackers.identity import (
     claim_identity,
-    replace_identity,
+    replace_refused,
     run_id_of,
     storage_of,
 )
@@ -46,8 +45,6 @@ from colab_resume.trackers.logger import (
     require,
 )
 from colab_resume.trackers.wandb_files import config, last_logged_step, offline_files
-
-log = logging.getLogger(__name__)
 
 PIP = "wandb"
 RUN_KEY = "colab_resume/run_id"  # the run directory's run_id: whose run this is
@@ -134,15 +131,17 @@ class WandbRun:
         if not self.created:
             why = self._not_ours(record, project, entity)
             if why is not None:
-                refused = record.get("run_id")
-                record, self.created = draw(), True
-                replace_identity(self.storage, "wandb", record)
-                said = (
-                    f"W&B: the recorded W&B run {refused!r} is not this run's "
-                    f"({why}); drew W&B run {record['run_id']} instead"
+                record = replace_refused(
+                    self.storage,
+                    "wandb",
+                    record,
+                    why,
+                    draw,
+                    what="W&B",
+                    made="drew",
+                    events=agent.events,
                 )
-                log.warning(said)
-                agent.events.emit("tracker.refused", said, level="warning")
+                self.created = True
         self.run_id = str(record["run_id"])
         # The recorded project: a later session that names none reaches the run.
         self.project = project or record.get("project")
