@@ -127,7 +127,7 @@ class GrainPosition:
     """Where a run's Grain pipeline stands: saved with each checkpoint.
 
     One per training run (the driver owns it). :meth:`restored` takes what
-    a checkpoint carried, :meth:`open` positions an epoch's pipeline,
+    a checkpoint carried, :meth:`fed` positions an epoch's pipeline,
     :meth:`extras` gives what a checkpoint at a step must carry.
 
     Attributes:
@@ -178,31 +178,21 @@ class GrainPosition:
         self._check_pipeline(describe(dataset), epoch, skip)
         return regrouped and _is_elastic(dataset)
 
-    def open(
-        self, dataset: Any, epoch: int, *, drop: int, wanted: int
-    ) -> Iterator[Any] | None:
-        """``dataset``'s batches from place ``drop`` on, ``wanted`` of them.
-
-        Returns None when ``dataset`` is not Grain's (the caller positions it).
-
-        Raises:
-            DatasetError: the checkpoint's pipeline is not this one, or its
-                state does not fit this pipeline.
-        """
-        fed = self.fed(dataset, epoch, drop=drop, wanted=wanted)
-        if fed is None:
-            return None
-        batches: Iterator[Any] = fed if hasattr(fed, "__next__") else iter(fed)
-        return batches
-
     def fed(self, dataset: Any, epoch: int, *, drop: int, wanted: int) -> Any:
-        """As :meth:`open`, of the kind ``dataset`` is: what ``fit`` would get.
+        """``dataset``'s batches from place ``drop`` on, ``wanted`` of them,
+        of the kind ``dataset`` is: what ``fit`` would get.
 
         A ``MapDataset`` gives its slice (a ``MapDataset``), an
         ``IterDataset`` a positioned ``IterDataset``
         (:mod:`colab_resume.data.grain_fed`); an iterator or a ``DataLoader``
         gives an iterator of the batches. A model whose own ``fit`` maps its
         preprocessing over a Grain dataset (keras-hub's tasks) can do so.
+
+        Returns None when ``dataset`` is not Grain's (the caller positions it).
+
+        Raises:
+            DatasetError: the checkpoint's pipeline is not this one, or its
+                state does not fit this pipeline.
         """
         if not is_grain(dataset):
             return None

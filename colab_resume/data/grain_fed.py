@@ -5,7 +5,7 @@ models (``GemmaCausalLM``, ``BertTextClassifier``...) accept a Grain
 ``MapDataset`` or ``IterDataset`` (or a ``tf.data.Dataset``) and map their
 preprocessing over it, and refuse a generator. So the agent hands them the
 kind ``make_dataset`` returned: a ``MapDataset`` as its slice from the
-resumed batch (:meth:`colab_resume.data.grain.GrainPosition.open`), an
+resumed batch (:meth:`colab_resume.data.grain.GrainPosition.fed`), an
 ``IterDataset`` as :class:`PositionedIterDataset`, an ``IterDataset`` whose
 iterator is already positioned and whose batches record the iterator's
 state as they are drawn, for the checkpoint of the step they train.
