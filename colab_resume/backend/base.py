@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # annotations only: the accelerator asks for a connector
     from colab_resume.backend.connector import Connecting, Connector
+    from colab_resume.backend.host_pieces import HostPieces
     from colab_resume.data.grain import GrainPosition
 
 
@@ -167,9 +168,16 @@ class Backend(Protocol):
         """Run the custom loop's steps from ``start_step`` until done or told."""
         ...
 
-    def read_value(self, variable: Any) -> Any:
+    def read_value(self, variable: Any, *, whole: bool = False) -> Any:
         """``variable``'s value now, safe to read later from another thread
-        (a NumPy copy, or a tensor the framework will not update in place)."""
+        (a NumPy copy, or a tensor the framework will not update in place);
+        a variable sharded over devices as its
+        :class:`~colab_resume.backend.host_pieces.HostPieces` unless ``whole``."""
+        ...
+
+    def assign_pieces(self, variable: Any, pieces: HostPieces, dtype: Any) -> None:
+        """Set ``variable`` from ``pieces`` (as ``dtype``): each device's
+        region only where it is sharded, else the whole array."""
         ...
 
     def fused_reader(self, variables: list[Any]) -> Callable[[], list[Any]] | None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from colab_resume.backend import jax_distributed
 from colab_resume.backend.base import CustomLoop, StepHooks
+from colab_resume.backend.host_pieces import HostPieces
 from colab_resume.backend.numpy_batches import epoch_batches, epoch_input
 from colab_resume.data.contract import DatasetError
 from colab_resume.runtime import diagnose
@@ -464,13 +465,35 @@ class JaxBackend:
                 if duties.after_step(duties.step + 1):
                     return
 
-    def read_value(self, variable: Any) -> Any:
+    def read_value(self, variable: Any, *, whole: bool = False) -> Any:
         # A host copy, taken now: Keras' JAX trainer donates the state's
-        # buffers to the next step, which would delete a device array.
+        # buffers to the next step, which would delete a device array. A
+        # sharded array comes as its pieces (see host_pieces), unless the
+        # caller needs it whole.
         import keras
         import numpy as np
 
-        return np.array(keras.ops.convert_to_numpy(variable.value), copy=True)
+        value = variable.value
+        if not whole and _sharded(value):
+            return _host_pieces(value)
+        return np.array(keras.ops.convert_to_numpy(value), copy=True)
+
+    def assign_pieces(self, variable: Any, pieces: HostPieces, dtype: Any) -> None:
+        # Each device gets its own region, read from the pieces that cover
+        # it: no whole copy of a sharded variable is made on the host.
+        import jax
+
+        value = variable.value
+        if not _sharded(value):
+            variable.assign(pieces.whole().astype(dtype, copy=False))
+            return
+        variable.assign(
+            jax.make_array_from_callback(
+                tuple(pieces.shape),
+                value.sharding,
+                lambda index: pieces.region(index).astype(dtype, copy=False),
+            )
+        )
 
     def fused_reader(self, variables: list[Any]) -> Callable[[], list[Any]] | None:
         return None
@@ -560,3 +583,32 @@ def _fed_devices() -> int:
     if jax_distributed.shards_given():  # this process's rows: its own devices
         return replicas() // jax_distributed.process_count()
     return replicas()
+
+
+# --- sharded state, to the host by the piece --------------------------------
+
+
+def _sharded(value: Any) -> bool:
+    """Whether ``value`` is a ``jax.Array`` split over devices (not whole on each)."""
+    sharding = getattr(value, "sharding", None)
+    return sharding is not None and not sharding.is_fully_replicated
+
+
+def _host_pieces(value: Any) -> HostPieces:
+    """The distinct shards of ``value`` this process holds, copied to the host.
+
+    Replica 0 of each shard only: a shard replicated over a mesh axis is
+    copied once, by the one device that holds replica 0 of it (in a
+    multi-process run, by one process).
+    """
+    import numpy as np
+
+    pieces = []
+    for shard in value.addressable_shards:
+        if shard.replica_id != 0:
+            continue
+        starts = tuple(
+            axis.indices(n)[0] for axis, n in zip(shard.index, value.shape, strict=True)
+        )
+        pieces.append((starts, np.array(shard.data, copy=True)))
+    return HostPieces(shape=tuple(int(n) for n in value.shape), pieces=pieces)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from colab_resume.backend.base import CustomLoop, StepHooks
+from colab_resume.backend.host_pieces import HostPieces
 from colab_resume.backend.numpy_batches import epoch_batches
 from colab_resume.data.contract import DatasetError, accepts_skip
 
@@ -355,9 +356,13 @@ class TensorFlowBackend:
                 if duties.after_step(duties.step + 1):
                     return
 
-    def read_value(self, variable: Any) -> Any:
+    def read_value(self, variable: Any, *, whole: bool = False) -> Any:
         # read_value() of a MirroredVariable gives one replica's value.
         return tf_variable(variable).read_value()
+
+    def assign_pieces(self, variable: Any, pieces: HostPieces, dtype: Any) -> None:
+        # A JAX run's sharded variable, put together for TensorFlow's.
+        variable.assign(pieces.whole().astype(dtype, copy=False))
 
     def fused_reader(self, variables: list[Any]) -> Callable[[], list[Any]] | None:
         import tensorflow as tf

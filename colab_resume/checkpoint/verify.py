@@ -29,6 +29,7 @@ from colab_resume.checkpoint.fetch import (
     read_manifest,
 )
 from colab_resume.checkpoint.formats.portable.dtypes import numpy_dtype
+from colab_resume.checkpoint.formats.portable.pieces import join, tensor_bound
 from colab_resume.checkpoint.formats.portable.shards import (
     SUFFIX,
     read_arrays,
@@ -133,9 +134,8 @@ def _read(
 ) -> tuple[bool, str]:
     """Read one safetensors file: its tensors into ``arrays``, the digests of
     a shared object's arrays checked."""
-    listed = sum(len(v) for v in manifest.structure.values() if isinstance(v, list))
     try:
-        found = read_arrays(local, tensors=listed, entry=item)
+        found = read_arrays(local, tensors=tensor_bound(manifest.structure), entry=item)
     except DamagedCheckpointError as exc:
         return False, str(exc)
     twice = sorted(set(found) & set(arrays))
@@ -153,23 +153,34 @@ def _read(
 
 
 def _tensors(manifest: Manifest, arrays: dict[str, tuple[str, object]]) -> Finding:
-    """Every variable of the structure in one file, shape and dtype as listed."""
+    """Every variable of the structure in one file (or in pieces that make
+    it up exactly), shape and dtype as listed."""
     problems = []
     expected = set()
     rebuilt = manifest.objects.rebuilt if manifest.objects is not None else {}
+    shapes = {
+        tensor_name(group, index): tuple(shape)
+        for group, variables in manifest.structure.items()
+        if isinstance(variables, list)
+        for index, (_, shape, _) in enumerate(variables)
+    }
+    found = {name: value for name, (_, value) in arrays.items()}
+    try:
+        join(found, shapes)  # a sharded variable's pieces, as one
+    except DamagedCheckpointError as exc:
+        return Finding("tensors", False, str(exc))
     for group, variables in manifest.structure.items():
         if not isinstance(variables, list):
             continue
         for index, (_, shape, dtype) in enumerate(variables):
             name = tensor_name(group, index)
             expected.add(name)
-            found = arrays.get(name)
-            if found is None and name in rebuilt:
+            value = found.get(name)
+            if value is None and name in rebuilt:
                 continue  # frozen="rebuild": stored nowhere, by design
-            if found is None:
+            if value is None:
                 problems.append(f"{name} is in no file")
                 continue
-            value = found[1]
             got_shape = list(getattr(value, "shape", ()))
             got_dtype = getattr(value, "dtype", None)
             if got_shape != list(shape) or got_dtype != numpy_dtype(dtype):
@@ -177,7 +188,7 @@ def _tensors(manifest: Manifest, arrays: dict[str, tuple[str, object]]) -> Findi
                     f"{name} is {got_dtype}{got_shape}, listed "
                     f"{numpy_dtype(dtype)}{list(shape)}"
                 )
-    strays = sorted(set(arrays) - expected)
+    strays = sorted(set(found) - expected)
     if strays:
         problems.append(f"tensors the structure does not list: {strays[:5]}")
     if problems:

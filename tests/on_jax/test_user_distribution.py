@@ -12,6 +12,7 @@ name before training.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import sys
 from typing import Any
 
 import pytest
+from support.checkpoints import headers
 from support.on_jax import jax_worker
 from support.processes import ROOT
 from support.processes import read_out as read
@@ -39,6 +41,20 @@ def killed_once(tmp_path_factory) -> str:  # type: ignore[no-untyped-def]
     died = worker(run, str(where / "first"), "--kill-at-step", str(KILL_AT))
     assert died.returncode == -9, died.stderr[-4000:]
     assert f"KILLING at step {KILL_AT}" in died.stdout  # it died training
+    # The sharded kernels were saved by the piece (test_sharded_state.py),
+    # and what verify reads puts them together.
+    newest = sorted(glob.glob(os.path.join(run, "checkpoints", "step-*")))[-1]
+    names = headers(newest)
+    assert any(n.startswith("model/") and "@" in n for n in names), sorted(names)
+    checked = subprocess.run(
+        [sys.executable, "-m", "colab_resume", "verify", run],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
     return run
 
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import struct
+from typing import Any
+
 
 def is_data_file(path: str) -> bool:
     """True for a file holding tensor bytes, in either checkpoint format.
@@ -11,6 +16,19 @@ def is_data_file(path: str) -> bool:
     """
     name = path.rsplit("/", 1)[-1]
     return name.endswith(".safetensors") or ".data-" in name
+
+
+def headers(directory: str) -> dict[str, Any]:
+    """Tensor name -> its safetensors header entry, over the directory's
+    shard files (read as their format documents it, not by the package)."""
+    found: dict[str, Any] = {}
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".safetensors"):
+            with open(os.path.join(directory, name), "rb") as handle:
+                (length,) = struct.unpack("<Q", handle.read(8))
+                found.update(json.loads(handle.read(length)))
+    found.pop("__metadata__", None)
+    return found
 
 
 def seed_position(structure: dict) -> int:

@@ -1,7 +1,8 @@
 """The portable format: safetensors shards of host arrays, read by both backends.
 
 ``state`` holds the training state's variables as arrays (:class:`ArrayState`),
-``shards`` lays the arrays out in files, ``dtypes`` maps their dtypes, and
+``shards`` lays the arrays out in files, ``pieces`` names the pieces of a
+sharded variable in them, ``dtypes`` maps their dtypes, and
 ``shard_file`` / ``shard_write`` read and write one file. :data:`FORMAT` is
 what the registry (:mod:`colab_resume.checkpoint.formats`) hands out under
 the name ``"portable"``.
@@ -21,6 +22,7 @@ import dataclasses
 from typing import Any
 
 from colab_resume.checkpoint.formats.base import FormatSettings
+from colab_resume.checkpoint.formats.portable.pieces import PIECES_ALLOWANCE
 from colab_resume.checkpoint.formats.portable.shards import (
     SUFFIX,
     read_arrays,
@@ -76,7 +78,8 @@ class PortableFormat:
         """One shard's tensors, checked against ``entry`` (None: not a shard)."""
         if not entry.name.endswith(SUFFIX):
             return None
-        return read_arrays(path, tensors=tensors, entry=entry)
+        # A sharded variable is stored as pieces: more tensors than listed.
+        return read_arrays(path, tensors=tensors * PIECES_ALLOWANCE, entry=entry)
 
 
 FORMAT = PortableFormat()

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from colab_resume import backend
+from colab_resume.backend.host_pieces import HostPieces
 from colab_resume.checkpoint.errors import (
     DamagedCheckpointError,
     DamagedObjectError,
@@ -43,6 +44,11 @@ from colab_resume.checkpoint.formats.portable.frozen import (
     fingerprint,
     frozen_tensors,
     write_objects,
+)
+from colab_resume.checkpoint.formats.portable.pieces import (
+    flatten,
+    join,
+    tensor_bound,
 )
 from colab_resume.checkpoint.formats.portable.shards import (
     read_arrays,
@@ -123,7 +129,7 @@ def _generator_state(obj: Any) -> list[Any] | None:
     return None
 
 
-def _snapshot(variable: Any) -> Any:
+def _snapshot(variable: Any, *, whole: bool = False) -> Any:
     """The variable's value now, safe to read later from another thread.
 
     JAX: a host copy, taken here. Keras' JAX trainer donates the state's
@@ -137,11 +143,29 @@ def _snapshot(variable: Any) -> Any:
     checkpointing does); :func:`_to_host` turns it into NumPy later. On a
     GPU or TPU the copy to host memory is taken here, so no second copy
     of the weights is held in accelerator memory.
+
+    A variable sharded over devices (JAX) comes as its
+    :class:`~colab_resume.backend.host_pieces.HostPieces`: each distinct
+    shard copied once, never gathered whole (unless ``whole``).
     """
     import numpy as np
 
-    value = backend.current().read_value(variable)
-    return value if isinstance(value, np.ndarray) else _kept_on_cpu(value)
+    value = backend.current().read_value(variable, whole=whole)
+    if isinstance(value, np.ndarray | HostPieces):
+        return value
+    return _kept_on_cpu(value)
+
+
+def _host_whole(variable: Any) -> Any:
+    """``variable``'s whole value as a NumPy array (to hash it)."""
+    import numpy as np
+
+    return np.asarray(_to_host(_snapshot(variable, whole=True)))
+
+
+def _whole(value: Any) -> Any:
+    """A snapshot whole: pieces put together (frozen arrays are hashed whole)."""
+    return value.whole() if isinstance(value, HostPieces) else value
 
 
 def _kept_on_cpu(tensor: Any) -> Any:
@@ -161,7 +185,7 @@ def _to_host(value: Any) -> Any:
     """
     import numpy as np
 
-    return np.asarray(value)
+    return value if isinstance(value, HostPieces) else np.asarray(value)
 
 
 class ArrayState:
@@ -325,7 +349,7 @@ class ArrayState:
             self._pending_shared = self.shared
         else:
             self._pending_shared = None
-            frozen = {name: arrays.pop(name) for name in self._frozen}
+            frozen = {name: _whole(arrays.pop(name)) for name in self._frozen}
         self._pending_objects = []
         self._pending = (prefix, arrays, frozen)
         if not self.write_behind:
@@ -344,7 +368,9 @@ class ArrayState:
         if pending is not None:
             prefix, snapshots, frozen = pending
             del pending
-            arrays = {name: _to_host(snapshots.pop(name)) for name in list(snapshots)}
+            host = {name: _to_host(snapshots.pop(name)) for name in list(snapshots)}
+            arrays = dict(flatten(host))  # a sharded variable: one tensor a piece
+            del host
             self.written = write_shards(prefix, arrays, self.shard_bytes)
             if frozen:
                 host = {name: _to_host(frozen.pop(name)) for name in list(frozen)}
@@ -420,11 +446,12 @@ class ArrayState:
             loose(saved),
             metrics_pending=metrics_pending(self.source),
         )
-        listed = sum(len(v) for v in saved.values() if isinstance(v, list))
+        listed = tensor_bound(saved)
         if objects is not None and objects.rebuilt:
             self._check_rebuilt(objects.rebuilt)
         arrays, stood_in = self._read_objects(prefix, objects, listed, arrived)
         arrays.update(read_shards(prefix, files=files, tensors=listed, arrived=arrived))
+        join(arrays, _shapes(saved))
         if arrived is not None:
             for entry in files or ():  # the other files verify too, first
                 arrived(entry.name)
@@ -446,9 +473,7 @@ class ArrayState:
                 # shape and dtype (integer widths aside).
                 value = _as_listed(name, arrays.get(name), saved[group][i])
                 target = numpy_dtype(str(variable.dtype))
-                misfit = (
-                    integer_misfit(value, target) if value.dtype != target else None
-                )
+                misfit = _misfit(value, target) if value.dtype != target else None
                 if misfit:
                     raise StructureMismatchError(
                         f"tensor {name} is {value.dtype}{list(value.shape)}, the "
@@ -459,7 +484,10 @@ class ArrayState:
                     )
                 assignments.append((variable, value, target))
         for variable, value, target in assignments:
-            variable.assign(value.astype(target, copy=False))
+            if isinstance(value, HostPieces):  # each device's region only
+                backend.current().assign_pieces(variable, value, target)
+            else:
+                variable.assign(value.astype(target, copy=False))
         self._adopt(objects, stood_in)
         return skipped
 
@@ -502,14 +530,11 @@ class ArrayState:
         Raises:
             DamagedObjectError: they differ (or the model lacks them).
         """
-        import numpy as np
-
         live = self._named()
         differ = [
             tensor
             for tensor, digest in sorted(holds.items())
-            if tensor not in live
-            or array_digest(np.asarray(_to_host(_snapshot(live[tensor])))) != digest
+            if tensor not in live or array_digest(_host_whole(live[tensor])) != digest
         ]
         if differ:
             raise DamagedObjectError(
@@ -526,14 +551,11 @@ class ArrayState:
         Raises:
             FrozenArraysChangedError: some differ, naming them and the fix.
         """
-        import numpy as np
-
         live = self._named()
         differ = [
             tensor
             for tensor, digest in sorted(rebuilt.items())
-            if tensor not in live
-            or array_digest(np.asarray(_to_host(_snapshot(live[tensor])))) != digest
+            if tensor not in live or array_digest(_host_whole(live[tensor])) != digest
         ]
         if differ:
             described = ", ".join(
@@ -581,3 +603,24 @@ def _as_listed(name: str, value: Any, listed: list[Any]) -> Any:
             f"the manifest lists {numpy_dtype(dtype)}{list(shape)}"
         )
     return value
+
+
+def _shapes(saved: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> the whole shape the manifest's structure lists."""
+    return {
+        tensor_name(group, i): tuple(listed[1])
+        for group, variables in saved.items()
+        if isinstance(variables, list)
+        for i, listed in enumerate(variables)
+    }
+
+
+def _misfit(value: Any, target: Any) -> str | None:
+    """:func:`integer_misfit` of a whole array or of each of its pieces."""
+    if isinstance(value, HostPieces):
+        for _, array in value.pieces:
+            misfit = integer_misfit(array, target)
+            if misfit:
+                return misfit
+        return None
+    return integer_misfit(value, target)
