@@ -16,10 +16,11 @@ BEATS_BEFORE_DEAD = 4
 # On Google Drive a beat every DRIVE_HEARTBEAT_SECONDS (a store's own pace,
 # read by the Agent when heartbeat_seconds is not given). A beat is one
 # content update of the heartbeat file plus the fence check (~3 requests):
-# 2,880 beats and ~9,000 requests a day, about 6 a minute, against Drive's
-# per-user quota of 12,000 queries a minute; each beat is a revision of a
-# ~1 KB file, and Drive keeps at most 100 of a file's revisions, so at this
-# pace the heartbeat file holds under an hour of them (~100 KB). A rerun
+# 2,880 beats and ~9,000 requests a day, about 6 a minute (Drive's request
+# quotas, counted in quota units: docs/guide/drive.md); each beat is a
+# revision of a ~1 KB file, and Drive keeps at most 100 of a file's
+# revisions, so at this pace the heartbeat file holds under an hour of
+# them (~100 KB). A rerun
 # on a new VM waits at most 4 beats (2 min) after a silent death.
 DRIVE_HEARTBEAT_SECONDS = 30.0
 # Drive lets one user upload 750 GB a day; save_every="auto" takes at most

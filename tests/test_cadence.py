@@ -116,7 +116,101 @@ def test_bounds_and_the_upload_budget():
     ).choose()
     assert budget.seconds == pytest.approx(10e9 * 86_400 / 375e9)
     assert budget.limited_by == "upload budget"
-    assert "upload budget" in budget.describe()
+    # What it replaced: the floor, where so cheap a save put the interval.
+    assert budget.budget is not None and budget.budget.instead_of == 30.0
+
+
+# M = (W + k·M₀) / k with no failure seen: with the 20 s the tallies below
+# trained, this prior puts failures an hour of training apart.
+PRIOR = 3600.0 - 20.0 / 0.1
+
+
+def test_the_upload_cap_sets_the_interval_and_says_what_it_replaced():
+    """A 10 GB checkpoint on Drive, a save costing 0.5 s and failures an
+    hour apart: Young's interval is 60 s, the upload cap asks for 2,304 s
+    (375 GB a day, half of the 750 GB), and the words say both, in steps
+    of the measured 2 s each, with what one save uploads and the cap."""
+    timings = Timings(save=1.0, saves=2, step_seconds=20.0, steps=10)
+    choice = AutoCadence(
+        Evidence(),
+        timings,
+        floor=1.0,
+        prior=PRIOR,
+        daily_upload_bytes=750e9,
+        service="Drive",
+        checkpoint_bytes=lambda: 10_000_000_000,
+    ).choose()
+    young = math.sqrt(2 * 0.5 * 3600.0)
+    assert choice.seconds == pytest.approx(2304.0)
+    assert choice.limited_by == "upload budget"
+    assert choice.budget is not None
+    assert choice.budget.instead_of == pytest.approx(young)
+    # At the chosen interval the run uploads exactly half the cap a day.
+    assert choice.budget.per_day(choice.seconds) == pytest.approx(375e9)
+    assert choice.describe() == (
+        "saving every 38m24s (auto), about 1,152 steps, not 1m00s (about 30): "
+        "each save uploads 10,000.0 MB and Drive allows 750 GB a day, of which "
+        "checkpoints take at most 50%; a save holds training 0.5 s, a failure "
+        "every 1h00m of training (none seen yet, a prior)"
+    )
+    data = choice.data()
+    assert data["limited_by"] == "upload budget"
+    assert data["save_bytes"] == 10_000_000_000
+    assert data["daily_upload_bytes"] == 750e9
+    assert data["instead_of_seconds"] == pytest.approx(young)
+    assert data["bytes_per_day"] == pytest.approx(375e9)
+
+
+@pytest.mark.parametrize(
+    "cap, nbytes",
+    [
+        (750e9, 100_000_000),  # 100 MB: 23 s of budget, under Young's 60 s
+        (None, 10_000_000_000),  # Cloud Storage: no daily cap
+        (750e9, None),  # nothing committed or restored yet
+    ],
+)
+def test_the_upload_cap_leaves_alone_what_it_allows(cap, nbytes):
+    timings = Timings(save=1.0, saves=2, step_seconds=20.0, steps=10)
+    choice = AutoCadence(
+        Evidence(),
+        timings,
+        floor=1.0,
+        prior=PRIOR,
+        daily_upload_bytes=cap,
+        checkpoint_bytes=lambda: nbytes,
+    ).choose()
+    assert choice.seconds == pytest.approx(math.sqrt(2 * 0.5 * 3600.0))
+    assert choice.limited_by is None and choice.budget is None
+    assert "uploads" not in choice.describe()
+    assert "save_bytes" not in choice.data()
+
+
+def test_the_cap_taking_over_is_news_even_where_the_interval_barely_moved():
+    """Young's interval 60 s, then a checkpoint's size known that asks for
+    66 s: a tenth longer, under the fifth that makes a move news, yet the
+    reason changed and the event says so; once, not at every save."""
+    now = [0.0]
+    committed: list[int | None] = [None]
+    timings = Timings(save=1.0, saves=2)
+    cadence = AutoCadence(
+        Evidence(),
+        timings,
+        floor=1.0,
+        prior=3600.0,
+        daily_upload_bytes=750e9,
+        checkpoint_bytes=lambda: committed[0],
+    )
+    triggers = SaveTriggers(
+        TriggerOptions(every="auto"), clock=lambda: now[0], cadence=cadence
+    )
+    assert triggers.new_choice().budget is None
+    committed[0] = round(66.0 * 375e9 / 86_400)
+    triggers.saved(1, "auto")
+    capped = triggers.new_choice()
+    assert capped is not None and capped.seconds == pytest.approx(66.0)
+    assert capped.limited_by == "upload budget"
+    triggers.saved(2, "auto")
+    assert triggers.new_choice() is None
 
 
 def test_the_trigger_uses_the_choice_and_rechooses_after_each_save():
@@ -234,3 +328,69 @@ def test_a_fit_with_auto_saves_says_why_and_the_next_session_counts_a_death(
     evidence = evidence_before(Storage(killed), lease=2)
     assert evidence.failures == 1
     assert evidence.training > 0
+
+
+def test_on_drive_the_upload_cap_sets_the_interval_from_the_first_save(
+    drive_run_dir, drive_options
+):
+    """A real fit on the Drive emulator (the real Drive store, its real
+    750 GB a day), with a floor and ceiling of a microsecond: a checkpoint
+    of a few kilobytes asks for more than that, so the cap sets the
+    interval, priced from the committed checkpoint's size, and the event
+    says so. The next session knows the size from the checkpoint it
+    restored: its first choice is already held by the cap."""
+    tf = pytest.importorskip(
+        "tensorflow", reason="the agent trains with TensorFlow here"
+    )
+    import keras
+
+    import colab_resume as cr
+    from colab_resume.checkpoint.cadence import budget_interval
+
+    x = np.random.RandomState(0).randn(64, 4).astype("float32")
+
+    def build_model() -> keras.Model:
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        return model
+
+    def make_dataset(epoch: int):
+        return tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8)
+
+    def fit(epochs: int) -> cr.Agent:
+        agent = cr.Agent(
+            drive_run_dir,
+            storage_options=drive_options,
+            prefer="cpu",
+            save_every="auto",
+            save_every_floor_seconds=1e-6,
+            save_every_ceiling_seconds=1e-6,
+        )
+        agent.fit(
+            build_model, make_dataset, epochs=epochs, steps_per_epoch=4, verbose=0
+        )
+        return agent
+
+    first = fit(1)
+    sizes = {e.data["bytes"] for e in first.events.recent(kind="checkpoint.committed")}
+    capped = [
+        e
+        for e in first.events.recent(kind="checkpoint.cadence")
+        if e.data["limited_by"] == "upload budget"
+    ]
+    assert capped, [e.message for e in first.events.recent(kind="checkpoint")]
+    said = capped[0]
+    assert said.data["save_bytes"] in sizes
+    assert said.data["daily_upload_bytes"] == 750e9
+    assert said.data["seconds"] == pytest.approx(
+        budget_interval(said.data["save_bytes"], 750e9)
+    )
+    assert said.data["instead_of_seconds"] == pytest.approx(1e-6)
+    assert "each save uploads" in said.message
+    assert "Drive allows 750 GB a day" in said.message
+
+    second = fit(2)
+    (restored,) = second.events.recent(kind="checkpoint.restored")
+    opening = second.events.recent(kind="checkpoint.cadence")[0]
+    assert opening.data["limited_by"] == "upload budget"
+    assert opening.data["save_bytes"] in sizes

@@ -531,6 +531,7 @@ class RunLoop:
             ceiling=triggers.auto_ceiling_seconds,
             prior=triggers.auto_prior_seconds,
             daily_upload_bytes=self.storage.store.daily_upload_bytes,
+            service=self.storage.store.service,
             checkpoint_bytes=lambda: manager.last_committed_bytes,
         )
 

@@ -228,7 +228,7 @@ class StepDuties:
         choice = self.triggers.new_choice()
         if choice is not None:
             self.events.emit(
-                CADENCE_EVENT, choice.describe(), step=step, seconds=choice.seconds
+                CADENCE_EVENT, choice.describe(), step=step, **choice.data()
             )
 
     def _pause(self, step: int) -> None:

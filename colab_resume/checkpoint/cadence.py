@@ -28,10 +28,19 @@ minutes is believed within a few deaths, not after hours.
 
 Until a save other than a build's first is measured, the interval is the
 floor: the first save measures little but its own setup. The interval is
-then held within the user's floor and ceiling and above
-what the store allows: Drive lets one user upload 750 GB a day, and a
-cadence that uploads more than half of that stops at the cap mid-run. It
-is re-estimated after every save.
+then held within the user's floor and ceiling, and above what the store
+allows, the ceiling included: Drive lets one user upload 750 GB a day, and
+a cadence that uploads more than that stops at the cap mid-run (every
+upload refused until the next day). A save uploads its checkpoint's own
+files (the frozen arrays that ``frozen="once"`` stores as shared objects
+go up once per run, not with each save), so at an interval of ``τ``
+seconds a run uploads ``B·86400/τ`` bytes a day; ``τ`` stays at or above
+``B·86400 / (½·cap)``, half the cap: the margin is for the run's first
+upload of the frozen arrays, saves the cadence does not time (the
+lifetime save, **Checkpoint now**, ``save_every_steps``) and the user's
+other uploads that day. When the cap is what sets the interval the
+choice says so, with the interval it replaced and the figures (see
+:meth:`Choice.describe`). It is re-estimated after every save.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 from colab_resume import defaults
 from colab_resume.timings import MAX_SECONDS, Timings, duration, tally_sum
@@ -120,29 +130,116 @@ class Evidence:
 
 
 @dataclasses.dataclass(frozen=True)
+class UploadBudget:
+    """What a store's daily upload cap made of the interval, where it set it.
+
+    Attributes:
+        save_bytes: what one save uploads (the newest checkpoint's files).
+        daily_bytes: the store's daily upload cap.
+        service: the store's name as users know it ("Drive").
+        instead_of: the interval the save cost and failures alone gave
+            (within the floor and ceiling).
+    """
+
+    save_bytes: int
+    daily_bytes: float
+    service: str
+    instead_of: float
+
+    def per_day(self, seconds: float) -> float:
+        """Bytes uploaded a day by a save every ``seconds``."""
+        return self.save_bytes * DAY / seconds
+
+
+def budget_interval(save_bytes: int, daily_bytes: float) -> float:
+    """The shortest interval at which saves of ``save_bytes`` each take at
+    most :data:`BUDGET_SHARE` of a daily upload cap of ``daily_bytes``."""
+    return save_bytes * DAY / (daily_bytes * BUDGET_SHARE)
+
+
+@dataclasses.dataclass(frozen=True)
 class Choice:
-    """An interval and the figures it came from."""
+    """An interval and the figures it came from.
+
+    Attributes:
+        seconds: the interval chosen.
+        save_cost: what a save holds training, None before one was measured.
+        between_failures: the training time between failures, ``M``.
+        failures: how many were seen.
+        limited_by: "floor", "ceiling", "upload budget" or None.
+        budget: the upload cap's part, when it set the interval.
+        step_seconds: one steady step, to say the interval in steps.
+    """
 
     seconds: float
     save_cost: float | None
     between_failures: float
     failures: int
-    limited_by: str | None  # "floor", "ceiling", "upload budget" or None
+    limited_by: str | None
+    budget: UploadBudget | None = None
+    step_seconds: float | None = None
 
     def describe(self) -> str:
-        """``saving every 4m10s (auto): a save holds training 0.8 s, …``."""
-        every = duration(self.seconds)
+        """``saving every 4m10s (auto): a save holds training 0.8 s, …``; with
+        the upload cap in charge, ``saving every 38m24s (auto), about 1,152
+        steps, not 4m10s (about 125): each save uploads 10,000.0 MB and
+        Drive allows 750 GB a day, …``."""
+        head = f"saving every {duration(self.seconds)} (auto)"
+        reasons = []
+        budget = self.budget
+        if budget is not None:
+            head += (
+                f"{self._steps(self.seconds, ', about {} steps')}, not "
+                f"{duration(budget.instead_of)}"
+                f"{self._steps(budget.instead_of, ' (about {})')}"
+            )
+            reasons.append(
+                f"each save uploads {_megabytes(budget.save_bytes)} and "
+                f"{budget.service} allows {budget.daily_bytes / 1e9:,.0f} GB a "
+                f"day, of which checkpoints take at most "
+                f"{BUDGET_SHARE:.0%}"
+            )
         if self.save_cost is None:
-            return f"saving every {every} (auto): measuring what a save costs first"
-        seen = f"{self.failures} seen" if self.failures else "none seen yet, a prior"
-        text = (
-            f"saving every {every} (auto): a save holds training "
-            f"{self.save_cost:.3g} s, a failure every "
-            f"{duration(self.between_failures)} of training ({seen})"
-        )
-        if self.limited_by:
-            text += f"; held at the {self.limited_by}"
-        return text
+            reasons.append("measuring what a save costs first")
+        else:
+            seen = (
+                f"{self.failures} seen" if self.failures else "none seen yet, a prior"
+            )
+            reasons.append(
+                f"a save holds training {self.save_cost:.3g} s, a failure every "
+                f"{duration(self.between_failures)} of training ({seen})"
+            )
+        if self.limited_by in ("floor", "ceiling"):
+            reasons.append(f"held at the {self.limited_by}")
+        return f"{head}: {'; '.join(reasons)}"
+
+    def data(self) -> dict[str, Any]:
+        """The figures, for the event beside :meth:`describe`'s words."""
+        figures: dict[str, Any] = {
+            "seconds": self.seconds,
+            "limited_by": self.limited_by,
+        }
+        if self.budget is not None:
+            figures.update(
+                instead_of_seconds=self.budget.instead_of,
+                save_bytes=self.budget.save_bytes,
+                daily_upload_bytes=self.budget.daily_bytes,
+                bytes_per_day=self.budget.per_day(self.seconds),
+            )
+        return figures
+
+    def _steps(self, seconds: float, form: str) -> str:
+        """``form`` with the steps ``seconds`` holds; "" while unmeasured."""
+        if not (self.step_seconds and _positive(self.step_seconds)):
+            return ""
+        steps = seconds / self.step_seconds
+        if not math.isfinite(steps):
+            return ""
+        return form.format(f"{max(1, round(steps)):,}")
+
+
+def _megabytes(nbytes: int) -> str:
+    return f"{nbytes / 1e6:,.1f} MB" if nbytes >= 100_000 else f"{nbytes:,} bytes"
 
 
 class AutoCadence:
@@ -153,7 +250,9 @@ class AutoCadence:
         timings: this session's live tally (saves, steps, recoveries).
         floor, ceiling: the user's bounds, seconds.
         daily_upload_bytes: the store's daily upload allowance, if it has one.
-        checkpoint_bytes: the size of the newest checkpoint, when known.
+        service: the store's name as users know it, for the message.
+        checkpoint_bytes: what one save uploads (the newest checkpoint's
+            files, committed or restored), when known.
         prior: ``M₀``.
     """
 
@@ -165,6 +264,7 @@ class AutoCadence:
         floor: float = FLOOR_SECONDS,
         ceiling: float = CEILING_SECONDS,
         daily_upload_bytes: float | None = None,
+        service: str = "the store",
         checkpoint_bytes: Callable[[], int | None] = lambda: None,
         prior: float = PRIOR_BETWEEN_FAILURES,
     ) -> None:
@@ -173,6 +273,7 @@ class AutoCadence:
         self.floor = floor
         self.ceiling = max(floor, ceiling)
         self.daily_upload_bytes = daily_upload_bytes
+        self.service = service
         self.checkpoint_bytes = checkpoint_bytes
         self.prior = prior
 
@@ -205,9 +306,17 @@ class AutoCadence:
             seconds, limited = self.floor, "floor"
         if seconds > self.ceiling:
             seconds, limited = self.ceiling, "ceiling"
-        nbytes = self.checkpoint_bytes()
-        if self.daily_upload_bytes and nbytes:  # a hard limit: above the ceiling too
-            budget = nbytes * DAY / (self.daily_upload_bytes * BUDGET_SHARE)
-            if budget > seconds:
-                seconds, limited = budget, "upload budget"
-        return Choice(seconds, cost, between, failures, limited)
+        budget = self._budget(seconds)
+        if budget is not None:  # a hard limit: above the ceiling too
+            seconds = budget_interval(budget.save_bytes, budget.daily_bytes)
+            limited = "upload budget"
+        return Choice(seconds, cost, between, failures, limited, budget, now.step_time)
+
+    def _budget(self, seconds: float) -> UploadBudget | None:
+        """The upload cap's part, where it asks for more than ``seconds``."""
+        cap, nbytes = self.daily_upload_bytes, self.checkpoint_bytes()
+        if not (cap and _positive(cap) and nbytes and nbytes > 0):
+            return None
+        if budget_interval(nbytes, cap) <= seconds:
+            return None
+        return UploadBudget(nbytes, cap, self.service, instead_of=seconds)

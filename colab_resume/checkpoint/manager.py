@@ -234,7 +234,8 @@ class CheckpointManager:
         )
         self.last_saved: CheckpointName | None = None
         self.last_committed: CheckpointName | None = None
-        self.last_committed_bytes: int | None = None  # its files' size
+        # Its files' size (or, until a commit, the restored checkpoint's).
+        self.last_committed_bytes: int | None = None
         self.stall_count = 0
         self.stall_seconds = 0.0
         self.last_blocking_seconds = 0.0
@@ -650,6 +651,9 @@ class CheckpointManager:
         )
         if info is not None:
             self.last_committed = info.name
+            # What the next save uploads, known before it commits: the
+            # upload budget of save_every="auto" holds from the first save.
+            self.last_committed_bytes = info.total_bytes or None
             self._events.emit(
                 "checkpoint.restored",
                 # Keras's number of the epoch it was saved in, as printed.

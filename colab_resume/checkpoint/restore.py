@@ -71,6 +71,8 @@ class RestoredInfo:
         skipped: newer checkpoints that were damaged, with the reason.
         skipped_groups: optional state groups not restored (e.g. metrics of a
             model whose compiled metrics are not built yet).
+        total_bytes: its files' size (shared objects apart): what a save
+            of the same state uploads.
         seconds: where the restore's time went: ``list`` (the listing),
             ``verify`` (manifests read and checked against the listing),
             ``download`` (files fetched and checksummed as they stream),
@@ -86,6 +88,7 @@ class RestoredInfo:
     extras: dict[str, Any]
     skipped: tuple[tuple[str, str], ...] = ()
     skipped_groups: tuple[str, ...] = ()
+    total_bytes: int = 0
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def describe(
@@ -269,6 +272,7 @@ def restore_latest(
                     extras=dict(manifest.extras),
                     skipped=tuple(skipped),
                     skipped_groups=tuple(groups),
+                    total_bytes=manifest.total_bytes,
                     seconds=clock.laps,
                 )
             finally:

@@ -163,7 +163,8 @@ class SaveTriggers:
         return None
 
     def new_choice(self) -> Choice | None:
-        """The interval "auto" chose, once each time it moved by a fifth or more."""
+        """The interval "auto" chose, once each time it moved by a fifth or more
+        or the store's upload cap began to set it."""
         if not self._choice_news:
             return None
         self._choice_news = False
@@ -192,7 +193,12 @@ class SaveTriggers:
             moved = (
                 before is None or abs(self.choice.seconds / before.seconds - 1) >= 0.2
             )
-            self._choice_news = self._choice_news or moved
+            # The upload cap taking over is said even where the interval
+            # barely moved: the reason changed, and a cap is news.
+            capped = self.choice.budget is not None and (
+                before is None or before.budget is None
+            )
+            self._choice_news = self._choice_news or moved or capped
         if reason == "lifetime" or (
             self.deadline is not None and self._last_time >= self.deadline
         ):

@@ -130,6 +130,7 @@ class DriveStore(Store):
     """A run directory in Google Drive; see the module docstring."""
 
     heartbeat_seconds = defaults.DRIVE_HEARTBEAT_SECONDS
+    service = "Drive"
     daily_upload_bytes = defaults.DRIVE_DAILY_UPLOAD_BYTES
 
     def __init__(

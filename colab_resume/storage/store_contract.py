@@ -105,6 +105,7 @@ class Store(abc.ABC):
         protocol: the URL's scheme.
         root: the run directory's path inside the store.
         principal: who the store acts as, for messages ("the local user").
+        service: this kind of storage as users call it, for messages ("Drive").
         daily_upload_bytes: how much one user may upload to this kind of
             storage a day (Drive: 750 GB), which ``save_every="auto"`` stays
             well under; None: no such cap.
@@ -114,6 +115,7 @@ class Store(abc.ABC):
     """
 
     principal = "the local user"
+    service = "the store"
     heartbeat_seconds: float | None = None
     daily_upload_bytes: float | None = None
 
