@@ -4,6 +4,7 @@ limit, the buttons' wiring, the monitor, and that outside a kernel it is inert."
 from __future__ import annotations
 
 import dataclasses
+import html
 import time
 
 import pytest
@@ -12,7 +13,7 @@ from support import wait_for
 import colab_resume as cr
 from colab_resume.agent.progress import ProgressTracker
 from colab_resume.events import Event
-from colab_resume.panel.model import PanelFacts, facts_of, sparkline, view
+from colab_resume.panel.model import PanelFacts, facts_of, size, sparkline, view
 from colab_resume.storage import Storage
 
 pytest.importorskip("ipywidgets")
@@ -323,3 +324,67 @@ def test_monitor_of_a_completed_run_offers_no_take_over(tmp_path):
     monitor.take_over()
     assert monitor.took_over is None and len(read_leases(monitor.storage)) == 1
     assert "not taken over" in monitor.notice.value
+
+
+@pytest.mark.parametrize(
+    ("frozen", "shared", "said"),
+    [
+        ("once", 67_000_000, "(frozen='once': frozen base 67.0 MB stored once)"),
+        ("once", 0, "(frozen='once')"),
+        ("rebuild", 0, "(frozen='rebuild': frozen arrays not stored, rebuilt by"),
+        ("every", 0, "(frozen='every': every array in every save)"),
+    ],
+)
+def test_the_checkpoint_line_says_what_the_last_save_uploaded(frozen, shared, said):
+    facts = PanelFacts(
+        state="training",
+        now=1000.0,
+        checkpoint_step=120,
+        checkpoint_time=970.0,
+        checkpoint_bytes=1_800_000,
+        checkpoint_uploaded_bytes=1_800_000,
+        checkpoint_shared_bytes=shared,
+        frozen=frozen,
+    )
+    line = view(facts).checkpoint
+    assert line.startswith(f"checkpoint: step 120, 30s ago, 1.8 MB uploaded {said}")
+    # Before the first commit the mode is known, nothing uploaded yet.
+    early = dataclasses.replace(facts, checkpoint_step=None)
+    assert (
+        view(early).checkpoint == f"checkpoint: none committed yet (frozen='{frozen}')"
+    )
+
+
+@pytest.mark.tf
+def test_the_panels_say_the_frozen_mode_and_the_bytes_each_save_uploaded(tmp_path):
+    """A real fit with a frozen layer and frozen="once": its first save
+    uploads the base, later ones only what trains; the agent's panel (from
+    its events) and a monitor (from the history) both say so."""
+    pytest.importorskip("tensorflow")
+    import keras
+    from support.toy import tiny_fit_parts
+
+    _, data = tiny_fit_parts()
+
+    def build_model():  # type: ignore[no-untyped-def]
+        built = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(256), keras.layers.Dense(1)]
+        )
+        built.layers[0].trainable = False  # 4 x 256 + 256 floats: 5 kB frozen
+        built.compile(optimizer="sgd", loss="mse")
+        return built
+
+    run_dir = str(tmp_path / "run")
+    with cr.Agent(run_dir, save_every_steps=4, prefer="cpu", frozen="once") as agent:
+        agent.fit(build_model, lambda epoch: data, epochs=1, steps_per_epoch=8)
+        live = view(facts_of(agent.progress())).checkpoint
+        [first, last] = agent.events.recent(kind="checkpoint.committed")
+    assert first.data["uploaded_bytes"] > first.data["bytes"]  # the base, once
+    assert last.data["uploaded_bytes"] == last.data["bytes"]
+    uploaded = size(last.data["uploaded_bytes"])
+    base = size(last.data["shared_bytes"])
+    said = (
+        f"step 8, {uploaded} uploaded (frozen='once': frozen base {base} stored once)"
+    )
+    assert said in live
+    assert html.escape(said) in cr.panel(run_dir).checkpoint.value

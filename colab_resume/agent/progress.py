@@ -26,10 +26,11 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from colab_resume.events import Event, EventLog
+from colab_resume.report import event_data
 from colab_resume.report.history import HistoryRecorder
 
 if TYPE_CHECKING:
@@ -59,7 +60,14 @@ class Progress:
         steps_per_second: recent training speed.
         metrics: the latest metric values.
         series: ``(step, loss)`` samples of this session.
-        checkpoint_step, checkpoint_time, checkpoint_bytes: the last commit.
+        checkpoint_step, checkpoint_time, checkpoint_bytes: the last commit
+            (``checkpoint_bytes``: the checkpoint's own files).
+        checkpoint_uploaded_bytes: what that commit uploaded: its own files
+            and the shared objects it was the first to need.
+        checkpoint_shared_bytes: the frozen arrays it references in shared
+            objects, stored once per run.
+        frozen: the frozen-array mode, ``"once"``, ``"rebuild"`` or
+            ``"every"`` (the ``frozen`` option).
         upload_rate: bytes per second of the last (or current) upload.
         uploading: an upload is in flight.
         stall_count, stall_seconds: saves that waited for an upload.
@@ -82,6 +90,9 @@ class Progress:
     checkpoint_step: int | None = None
     checkpoint_time: float | None = None
     checkpoint_bytes: int | None = None
+    checkpoint_uploaded_bytes: int | None = None
+    checkpoint_shared_bytes: int | None = None
+    frozen: str | None = None
     upload_rate: float | None = None
     uploading: bool = False
     stall_count: int = 0
@@ -131,7 +142,8 @@ class ProgressTracker:
         self.steps_per_second: float | None = None
         self._beats: tuple[int, float] | None = None  # (beat count, wall time seen)
         self._upload_rate: float | None = None
-        self._committed: tuple[int, float, int] | None = None  # step, time, bytes
+        # The last commit: its step, time and Progress fields (commit_facts).
+        self._committed: tuple[int, float, dict[str, Any]] | None = None
         self._waiting: tuple[float, float] | None = None  # (seconds left, at)
         self._owner = threading.current_thread()
         # What the loop pushed (see the module docstring).
@@ -249,10 +261,11 @@ class ProgressTracker:
             rate = event.data.get("rate_bytes_per_s")
             if isinstance(rate, (int, float)):
                 self._upload_rate = float(rate)
-        elif event.kind == "checkpoint.committed":
-            nbytes, seconds = event.data.get("bytes"), event.data.get("seconds")
-            if isinstance(nbytes, int) and event.step is not None:
-                self._committed = (event.step, event.time, nbytes)
+        elif event.kind == event_data.COMMITTED:
+            facts = commit_facts(event.data)
+            nbytes, seconds = facts["checkpoint_bytes"], event.data.get("seconds")
+            if nbytes is not None and event.step is not None:
+                self._committed = (event.step, event.time, facts)
                 if isinstance(seconds, (int, float)) and seconds > 0:
                     self._upload_rate = nbytes / seconds
         # Events raised on the listeners' own thread while no step ticks (the
@@ -290,9 +303,11 @@ class ProgressTracker:
             interval = writer.interval
         last = manager.last_committed if manager else None
         committed_step = last.step if last else None
-        checkpoint_time = checkpoint_bytes = None
+        checkpoint_time, commit = None, commit_facts({})
         if self._committed is not None and self._committed[0] == committed_step:
-            _, checkpoint_time, checkpoint_bytes = self._committed
+            checkpoint_time, commit = self._committed[1], dict(self._committed[2])
+        if commit["frozen"] is None and manager is not None:
+            commit["frozen"] = manager.config.frozen  # the mode before a commit says
         waiting_left = None
         if self._waiting is not None:
             waiting_left = self._waiting[0] - (now - self._waiting[1])
@@ -315,7 +330,7 @@ class ProgressTracker:
             series=series,
             checkpoint_step=committed_step,
             checkpoint_time=checkpoint_time,
-            checkpoint_bytes=checkpoint_bytes,
+            **commit,
             upload_rate=self._upload_rate,
             uploading=bool(manager and manager.uploading),
             stall_count=manager.stall_count if manager else 0,
@@ -346,3 +361,15 @@ class ProgressTracker:
         if state == "training" and self.controls.paused:
             return "paused"  # asked; the loop pauses at the next step
         return str(state)
+
+
+def commit_facts(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`Progress` fields a ``checkpoint.committed`` event's
+    details give (None where one is missing or does not check out)."""
+    kept = event_data.kept(event_data.COMMITTED, data)
+    return {
+        "checkpoint_bytes": kept.get("bytes"),
+        "checkpoint_uploaded_bytes": kept.get("uploaded_bytes"),
+        "checkpoint_shared_bytes": kept.get("shared_bytes"),
+        "frozen": kept.get("frozen"),
+    }

@@ -180,6 +180,7 @@ def announce(
         level="error" if refuse else "warning",
         step=step,
         changes=changed,
+        bitwise=keeps_bitwise(changed),
         saved=saved,
         now=now,
     )
@@ -193,9 +194,15 @@ def announce(
     return changed
 
 
+def keeps_bitwise(changed: list[str]) -> bool:
+    """Whether the end can still equal an uninterrupted run's: only Colab's
+    runtime tag changed, nothing that computes a step."""
+    return all(change.startswith("versions.colab ") for change in changed)
+
+
 def bitwise(changed: list[str]) -> str:
     """Whether the end can still equal an uninterrupted run's, in words."""
-    if all(change.startswith("versions.colab ") for change in changed):
+    if keeps_bitwise(changed):
         return (
             "Bitwise equality with an uninterrupted run still holds: nothing "
             "that computes a step changed."

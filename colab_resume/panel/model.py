@@ -225,8 +225,13 @@ def _checkpoint(f: PanelFacts, *, ended: bool) -> str:
         text = f"checkpoint: step {f.checkpoint_step:,}"
         if f.checkpoint_time is not None and not ended:
             text += f", {duration(f.now - f.checkpoint_time)} ago"
-        if f.checkpoint_bytes:
+        if f.checkpoint_uploaded_bytes is not None:
+            text += f", {size(f.checkpoint_uploaded_bytes)} uploaded"
+        elif f.checkpoint_bytes:
             text += f", {size(f.checkpoint_bytes)}"
+    frozen = _frozen(f)
+    if frozen:
+        text += f" ({frozen})"
     if f.upload_rate:
         text += f" · upload {size(f.upload_rate)}/s"
     if f.uploading:
@@ -236,6 +241,25 @@ def _checkpoint(f: PanelFacts, *, ended: bool) -> str:
             f" · ⚠ {f.stall_count} stall(s), {f.stall_seconds:.0f}s waited for uploads"
         )
     return text
+
+
+def _frozen(f: PanelFacts) -> str:
+    """The frozen-array mode, and what it kept out of the last save ("": unknown)."""
+    if f.frozen is None:
+        return ""
+    mode = f"frozen={f.frozen!r}"
+    if f.checkpoint_step is None:
+        return mode
+    if f.checkpoint_shared_bytes:
+        return f"{mode}: frozen base {size(f.checkpoint_shared_bytes)} stored once"
+    return mode + FROZEN_SAVES.get(f.frozen, "")
+
+
+# What a save holds of the frozen arrays, by mode, where none is shared.
+FROZEN_SAVES = {
+    "rebuild": ": frozen arrays not stored, rebuilt by build_model()",
+    "every": ": every array in every save",
+}
 
 
 def _heartbeat(f: PanelFacts, *, ended: bool) -> str:

@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from colab_resume.agent.progress import commit_facts
 from colab_resume.events import Event
 from colab_resume.heartbeat import RunSession, RunStatus, SessionOptions, read_status
 from colab_resume.panel.model import NOTHING_TO_TAKE_OVER, PanelFacts, event_lines, view
 from colab_resume.panel.pump import KernelPump
 from colab_resume.panel.widgets import PanelBox
-from colab_resume.report import goodput
+from colab_resume.report import event_data, goodput
 from colab_resume.report.history import HistoryReader, RunHistory
 from colab_resume.report.sessions import read_report
 from colab_resume.storage import Storage
@@ -147,11 +148,12 @@ def monitor_facts(status: RunStatus, history: RunHistory, now: float) -> PanelFa
     rate = None
     if len(mine) >= 2 and mine[-1].time > mine[-2].time:
         rate = (mine[-1].step - mine[-2].step) / (mine[-1].time - mine[-2].time)
-    committed = [
-        e
-        for e in history.events
-        if e.kind == "checkpoint.committed" and e.step == status.checkpoint_step
-    ]
+    commits = [e for e in history.events if e.kind == event_data.COMMITTED]
+    committed = [e for e in commits if e.step == status.checkpoint_step]
+    commit = commit_facts(committed[-1].data if committed else {})
+    if commit["frozen"] is None:  # the run's mode, from its newest commit that says
+        modes = [commit_facts(e.data)["frozen"] for e in commits]
+        commit["frozen"] = next((m for m in reversed(modes) if m), None)
     events = event_lines(
         Event(e.time, e.kind, e.message, e.level, e.step) for e in history.events
     )
@@ -168,6 +170,7 @@ def monitor_facts(status: RunStatus, history: RunHistory, now: float) -> PanelFa
         series=series[-400:],
         checkpoint_step=status.checkpoint_step,
         checkpoint_time=committed[-1].time if committed else None,
+        **commit,
         heartbeat_age_s=status.heartbeat_age_s,
         lease=status.lease or None,
         session_id=status.session_id,

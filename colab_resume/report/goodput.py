@@ -64,9 +64,7 @@ import math
 from collections.abc import Iterable
 
 from colab_resume.checkpoint.cadence import Evidence, young_interval
-from colab_resume.heartbeat.liveness import RunStatus
-from colab_resume.protocol.listing import RunListing
-from colab_resume.report.history import HistoryReader, RunHistory
+from colab_resume.report.history import RunHistory
 from colab_resume.report.sessions import (
     DIED,
     TAKEN_OVER,
@@ -564,25 +562,14 @@ def best_cadence(
     )
 
 
-def read_goodput(
-    storage: Storage,
-    live: dict[int, Timings] | None = None,
-    *,
-    listing: RunListing | None = None,
-    holder: RunStatus | None = None,
-    history_bytes: int | None = None,
-) -> Goodput:
+def read_goodput(storage: Storage, live: dict[int, Timings] | None = None) -> Goodput:
     """The goodput of the run in ``storage``, read from its run directory.
 
     Args:
         live: tallies newer than the history holds (a session asking about
             itself), by lease.
-        listing, holder: already read by the caller (``status``).
-        history_bytes: read only the newest history chunks within this
-            many bytes (``status``); None: all of it.
     """
-    reader = HistoryReader(storage, newest_bytes=history_bytes)
-    report = read_report(storage, reader, listing=listing, holder=holder)
+    report = read_report(storage)
     report.history.timings.update(live or {})
     return measure(report)
 

@@ -14,6 +14,9 @@ Each chunk holds the metric samples and the events since the previous one:
              "step": 1200, "message": "..."}, ...]}
 ```
 
+An event of a few kinds also keeps a few of its details, as ``"data"``
+(:mod:`colab_resume.report.event_data`).
+
 The agent samples metrics at most once a second (from the panel tick),
 and writes a chunk every ``flush_seconds``, soon after a checkpoint commits
 (at the next tick after the session's first commit, then at most one per
@@ -45,6 +48,7 @@ from colab_resume.errors import CorruptRecordError
 from colab_resume.events import Event, EventLog
 from colab_resume.parsing import MAX_RECORD_BYTES, decode, is_number
 from colab_resume.protocol.rundir import HISTORY_DIR, chunk_path, parse_chunk_name
+from colab_resume.report.event_data import kept
 from colab_resume.storage import Storage
 from colab_resume.timings import Timings
 
@@ -96,7 +100,8 @@ class Point:
 
 @dataclasses.dataclass(frozen=True)
 class RecordedEvent:
-    """An event as the history keeps it."""
+    """An event as the history keeps it: ``data``, the details kept of its
+    kind (:func:`colab_resume.report.event_data.kept`)."""
 
     time: float
     kind: str
@@ -104,6 +109,7 @@ class RecordedEvent:
     step: int | None
     message: str
     lease: int = 0
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -227,16 +233,7 @@ class HistoryRecorder:
                 "session_id": self._session_id,
                 "written_at": self._clock(),
                 "points": [[p.step, p.time, p.metrics] for p in points],
-                "events": [
-                    {
-                        "time": e.time,
-                        "kind": e.kind,
-                        "level": e.level,
-                        "step": e.step,
-                        "message": e.message,
-                    }
-                    for e in events
-                ],
+                "events": [_event_record(e) for e in events],
             }
             if timings is not None:
                 record["timings"] = timings
@@ -272,10 +269,24 @@ class HistoryRecorder:
             event.step,
             event.message[:MAX_MESSAGE_CHARS],
             self._lease,
+            kept(event.kind, event.data),
         )
         with self._lock:
             self._pending_events.append(recorded)
             del self._pending_events[: -MAX_EVENTS_PER_CHUNK * 4]
+
+
+def _event_record(event: RecordedEvent) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "time": event.time,
+        "kind": event.kind,
+        "level": event.level,
+        "step": event.step,
+        "message": event.message,
+    }
+    if event.data:  # older readers ignore it
+        record["data"] = event.data
+    return record
 
 
 def _clean_metrics(metrics: dict[str, Any]) -> dict[str, float]:
@@ -506,11 +517,14 @@ def _parse_event(raw: Any, lease: int, where: str) -> RecordedEvent:
         raise CorruptRecordError(
             f"{where}: an event lacks time/kind/level/message or has wrong types."
         )
+    kind = raw["kind"][:64]
+    data = raw.get("data")
     return RecordedEvent(
         float(raw["time"]),
-        raw["kind"][:64],
+        kind,
         raw["level"],
         step,
         raw["message"][:MAX_MESSAGE_CHARS],
         lease,
+        kept(kind, data) if isinstance(data, dict) else {},
     )

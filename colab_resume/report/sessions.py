@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import re
 from concurrent.futures import ThreadPoolExecutor
 
 from colab_resume.errors import CorruptRecordError
@@ -66,6 +65,7 @@ from colab_resume.report.history import (
     RecordedEvent,
     RunHistory,
 )
+from colab_resume.report.runtime_change import RuntimeChange, first_of
 from colab_resume.storage import ObjectInfo, Storage
 
 # How a session ended.
@@ -117,7 +117,7 @@ class Session:
     end: str = DIED
     error: str | None = None
     redone: tuple[int, int] | None = None
-    runtime_changed: str | None = None
+    runtime_changed: RuntimeChange | None = None
 
     @property
     def trained(self) -> bool:
@@ -146,8 +146,10 @@ class Session:
                 f" ({least}{count} step{'s' if count != 1 else ''} redone, "
                 f"from step {self.redone[0]})"
             )
-        if self.runtime_changed:
-            text += f"; resumed on another runtime: {self.runtime_changed}"
+        change = self.runtime_changed
+        if change is not None:
+            verb = "refused to resume" if change.refused else "resumed"
+            text += f"; {verb} on another runtime: {change.words}"
         return text
 
 
@@ -305,20 +307,6 @@ class _ByLease:
         return dict(found)
 
 
-# The changes in a run.runtime_changed message: "(backend jax -> tensorflow, ...)."
-_CHANGES = re.compile(r"\(([^()]*->[^()]*)\)\.")
-
-
-def _runtime_changed(mine: _ByLease) -> str | None:
-    """What its ``run.runtime_changed`` event listed, in words (or, where
-    the list cannot be told from the message, that there was one)."""
-    for event in mine.events:
-        if event.kind == "run.runtime_changed":
-            found = _CHANGES.search(event.message)
-            return found.group(1) if found else "see its run.runtime_changed event"
-    return None
-
-
 def _sessions(
     leases: dict[int, _Records], history: RunHistory, verdict: str | None
 ) -> list[Session]:
@@ -369,7 +357,7 @@ def _sessions(
                 end=_end(found, mine, successor, theirs, verdict),
                 error=beat.error if beat is not None else None,
                 redone=redone if first is not None else None,
-                runtime_changed=_runtime_changed(mine),
+                runtime_changed=first_of(mine.events),
             )
         )
     return sessions

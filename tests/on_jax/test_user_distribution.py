@@ -104,27 +104,31 @@ def test_another_mesh_is_named(tmp_path, killed) -> None:
     assert "No bitwise equality with an uninterrupted run" in event["message"]
     assert "the runtime changed: " in rerun.stderr  # and in the log
     # And the report names it under the session that resumed there.
-    drawn = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "colab_resume",
-            "report",
-            run,
-            "-o",
-            str(tmp_path / "r.png"),
-        ],
+    drawn = cli("report", run, "-o", str(tmp_path / "r.png"))
+    assert (
+        "resumed on another runtime: replicas 2 -> 4, "
+        "distribution.mesh [2, 4] -> [4, 2]" in drawn
+    ), drawn
+    # And status, with the step it changed at and what that costs.
+    said = cli("status", run)
+    assert (
+        f"runtime: changed since step {result['restored'][0]} — replicas 2 -> 4, "
+        "distribution.mesh [2, 4] -> [4, 2]; the end may not be bitwise" in said
+    ), said
+
+
+def cli(*args: str) -> str:
+    """``python -m colab_resume ARGS``'s output (it must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "colab_resume", *args],
         capture_output=True,
         text=True,
         timeout=300,
         env=dict(os.environ, PYTHONPATH=ROOT),
         check=False,
     )
-    assert drawn.returncode == 0, drawn.stderr[-3000:]
-    assert (
-        "resumed on another runtime: replicas 2 -> 4, "
-        "distribution.mesh [2, 4] -> [4, 2]" in drawn.stdout
-    ), drawn.stdout
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def test_data_parallel_after_model_parallel_is_named(tmp_path, killed) -> None:
