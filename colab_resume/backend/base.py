@@ -175,6 +175,12 @@ class Backend(Protocol):
         :class:`~colab_resume.backend.host_pieces.HostPieces` unless ``whole``."""
         ...
 
+    def own_pieces(self, variable: Any) -> HostPieces | None:
+        """The pieces of a sharded ``variable`` this process writes (replica
+        0 of each shard its devices hold; maybe none), as host copies; None,
+        copying nothing, when it is not sharded."""
+        ...
+
     def assign_pieces(self, variable: Any, pieces: HostPieces, dtype: Any) -> None:
         """Set ``variable`` from ``pieces`` (as ``dtype``): each device's
         region only where it is sharded, else the whole array."""

@@ -177,6 +177,10 @@ def _kept(distribution: Any) -> JaxConnection:
     kind = str(devices[0].platform)
     chip = str(getattr(devices[0], "device_kind", kind)) if kind != "cpu" else "cpu"
     mesh = distribution.device_mesh
+    if jax.process_count() > 1 and getattr(distribution, "auto_shard_dataset", False):
+        # The agent hands each process its own rows (as with its own
+        # DataParallel): Keras' auto-sharding would want a tf.data.Dataset.
+        distribution.auto_shard_dataset = False
     log.info(
         "training under the %s the user set (mesh %s, axes %s), kept: the agent "
         "builds its own DataParallel only when none is set",
@@ -477,6 +481,10 @@ class JaxBackend:
         if not whole and _sharded(value):
             return _host_pieces(value)
         return np.array(keras.ops.convert_to_numpy(value), copy=True)
+
+    def own_pieces(self, variable: Any) -> HostPieces | None:
+        value = variable.value
+        return _host_pieces(value) if _sharded(value) else None
 
     def assign_pieces(self, variable: Any, pieces: HostPieces, dtype: Any) -> None:
         # Each device gets its own region, read from the pieces that cover

@@ -360,6 +360,9 @@ class TensorFlowBackend:
         # read_value() of a MirroredVariable gives one replica's value.
         return tf_variable(variable).read_value()
 
+    def own_pieces(self, variable: Any) -> HostPieces | None:
+        return None  # one process holds TensorFlow's variables whole
+
     def assign_pieces(self, variable: Any, pieces: HostPieces, dtype: Any) -> None:
         # A JAX run's sharded variable, put together for TensorFlow's.
         variable.assign(pieces.whole().astype(dtype, copy=False))

@@ -53,7 +53,7 @@ from colab_resume.errors import FencedError
 from colab_resume.events import EventLog
 from colab_resume.protocol.listing import RunListing
 from colab_resume.protocol.manifest import FileEntry, Manifest, crc32c_file
-from colab_resume.protocol.rundir import CheckpointName
+from colab_resume.protocol.rundir import CheckpointName, part_prefix
 from colab_resume.storage import Storage
 from colab_resume.validate import check_int
 
@@ -292,12 +292,15 @@ class CheckpointManager:
         if self.process is None or self.process.commits:
             # Replicated state is written once, by the process that commits.
             training_state.write(os.path.join(staging, PREFIX))
+        else:  # the pieces of a sharded state only this process holds
+            part = part_prefix(PREFIX, self.process.index)
+            training_state.write_part(os.path.join(staging, part))
         self.last_blocking_seconds = self._clock() - started
         wall_time = time.time()
 
         def job() -> None:
             if self.process is not None and not self.process.commits:
-                self._write_part(name)
+                self._write_part(training_state, name, staging)
                 return
             self._upload_and_commit(
                 training_state,
@@ -390,24 +393,8 @@ class CheckpointManager:
             self._cleared_leftovers = True
             self._prune_quietly(name.step)
         training_state.sync()
-        # Files only: shared objects are staged in a folder of their own.
-        files = sorted(
-            f for f in os.listdir(staging) if os.path.isfile(os.path.join(staging, f))
-        )
+        files, entries = _staged(training_state, staging)
         shared, new_objects = training_state.objects()
-        # The portable format checksums each shard as it writes it (no
-        # second read of the files); TensorFlow's files are read here.
-        written: dict[str, tuple[int, str]] = getattr(training_state, "written", {})
-        entries = tuple(
-            FileEntry(name=f, size=written[f][0], crc32c=written[f][1])
-            if f in written
-            else FileEntry(
-                name=f,
-                size=os.path.getsize(os.path.join(staging, f)),
-                crc32c=crc32c_file(os.path.join(staging, f)),
-            )
-            for f in files
-        )
         manifest = Manifest(
             step=name.step,
             epoch=epoch,
@@ -444,9 +431,12 @@ class CheckpointManager:
         )
         if self.process is not None:
             write_marker(self.storage, name, self.process, entries)
-            markers = collect_markers(self.storage, name, self.process)
+            markers, parts = collect_markers(self.storage, name, self.process)
             manifest = dataclasses.replace(
-                manifest, processes=self.process.count, markers=markers
+                manifest,
+                processes=self.process.count,
+                markers=markers,
+                files=manifest.files + parts,
             )
         if shared is not None and shared.files:
             try:
@@ -523,10 +513,23 @@ class CheckpointManager:
                 bytes=fresh,
             )
 
-    def _write_part(self, name: CheckpointName) -> None:
-        """A process that does not commit: its done marker (no files of its own)."""
+    def _write_part(
+        self, training_state: formats.StateWriter, name: CheckpointName, staging: str
+    ) -> None:
+        """A process that does not commit: its own part of the state (the
+        pieces of a sharded state only its devices hold; none where it is
+        replicated), uploaded, then its done marker listing it."""
         assert self.process is not None
-        write_marker(self.storage, name, self.process, ())
+        training_state.sync()
+        files, entries = _staged(training_state, staging)
+        if entries:
+            transfer.upload(
+                self.storage,
+                [(os.path.join(staging, f), f"{name.path}/{f}") for f in files],
+                workers=self.config.workers,
+                memory_bytes=staging_bytes(sum(e.size for e in entries)),
+            )
+        write_marker(self.storage, name, self.process, entries)
         with self._lock:
             self._in_flight = None
             self.last_committed = name  # its part; process 0 commits the whole
@@ -777,3 +780,29 @@ def _jsonable(field: str, value: dict[str, Any] | None) -> dict[str, Any]:
             f"{field} must hold JSON-able values ({exc}); store tensors and other "
             f"objects in the state dict as trackables instead."
         ) from None
+
+
+def _staged(
+    training_state: formats.StateWriter, staging: str
+) -> tuple[list[str], tuple[FileEntry, ...]]:
+    """The files a sync left in ``staging`` and their manifest entries.
+
+    Files only: shared objects are staged in a folder of their own. The
+    portable format checksums each shard as it writes it (no second read of
+    the files); TensorFlow's files are read here.
+    """
+    files = sorted(
+        f for f in os.listdir(staging) if os.path.isfile(os.path.join(staging, f))
+    )
+    written: dict[str, tuple[int, str]] = getattr(training_state, "written", {})
+    entries = tuple(
+        FileEntry(name=f, size=written[f][0], crc32c=written[f][1])
+        if f in written
+        else FileEntry(
+            name=f,
+            size=os.path.getsize(os.path.join(staging, f)),
+            crc32c=crc32c_file(os.path.join(staging, f)),
+        )
+        for f in files
+    )
+    return files, entries

@@ -5,10 +5,12 @@ checkpoint directory, then its done marker ``PROCESS-k.json`` listing them
 with their sizes and CRC32Cs. Process 0 commits: it waits (bounded) for
 every marker, checks every listed file against the storage listing, and
 only then writes ``MANIFEST.json``, which lists the markers as it lists
-files (the rule is :mod:`colab_resume.protocol.commit`). With
-``DataParallel`` the whole state is replicated: process 0 writes it once,
-the other markers list no files, and still every process must have reached
-the step for the checkpoint to count.
+files, and the other processes' files among its own (the rule is
+:mod:`colab_resume.protocol.commit`). With ``DataParallel`` the whole state
+is replicated: process 0 writes it once, the other markers list no files,
+and still every process must have reached the step for the checkpoint to
+count. A state sharded across processes (``ModelParallel``) has pieces
+that only another process's devices hold: that process writes them.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from colab_resume.protocol.manifest import FileEntry, crc32c_bytes
-from colab_resume.protocol.rundir import CheckpointName, process_marker
+from colab_resume.protocol.rundir import MANIFEST, CheckpointName, process_marker
 from colab_resume.storage import Storage
 
 MARKER_FORMAT = "colab_resume.process/1"
@@ -77,11 +79,13 @@ def collect_markers(
     *,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[FileEntry, ...]:
+) -> tuple[tuple[FileEntry, ...], tuple[FileEntry, ...]]:
     """Wait for every process's marker of ``name`` and verify what they list.
 
     Returns:
-        The markers as manifest entries (name, size, CRC32C of the bytes read).
+        The markers as manifest entries (name, size, CRC32C of the bytes
+        read), and the files the other processes' markers list (their
+        parts of the state).
 
     Raises:
         IncompleteCheckpointError: a marker did not come within the wait, is
@@ -102,14 +106,31 @@ def collect_markers(
             )
         sleep(0.1)
     entries = []
+    parts: list[FileEntry] = []
     for k in range(role.count):
         marker = process_marker(k)
         data = storage.read_bytes(f"{name.path}/{marker}", max_bytes=1 << 20)
-        _verify(name, k, json.loads(data), listed)
+        record = json.loads(data)
+        _verify(name, k, record, listed)
         entries.append(
             FileEntry(name=marker, size=len(data), crc32c=crc32c_bytes(data))
         )
-    return tuple(entries)
+        if k != role.index:
+            parts += [
+                FileEntry(
+                    name=item["name"], size=item["size"], crc32c=item.get("crc32c")
+                )
+                for item in record.get("files", [])
+            ]
+    names = [f.name for f in parts]
+    if len(set(names)) != len(names) or any(
+        n == MANIFEST or n.startswith("PROCESS-") for n in names
+    ):
+        raise IncompleteCheckpointError(
+            f"{name.dirname}: the processes' markers list a file twice, or one "
+            f"that is not a part of the state: {sorted(names)[:5]}"
+        )
+    return tuple(entries), tuple(parts)
 
 
 def _verify(

@@ -55,6 +55,13 @@ def process_marker(process: int) -> str:
     return f"PROCESS-{process}.json"
 
 
+def part_prefix(prefix: str, process: int) -> str:
+    """The file prefix of process ``process``'s own part of a checkpoint
+    (the pieces of a sharded state only its devices hold), beside the
+    committing process's ``prefix`` files."""
+    return f"{prefix}.p{process:05d}"
+
+
 def lease_path(lease: int) -> str:
     return f"{LEASE_DIR}/{lease:08d}.json"
 

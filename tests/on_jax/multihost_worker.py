@@ -3,7 +3,7 @@
     python tests/on_jax/multihost_worker.py RUN_DIR OUT_DIR --process K
         --processes N --port P [--devices D] [--dead-after S] [--step-delay T]
         [--loop fit|run] [--data global|per-process [--change-shard K:HOW]]
-        [--data grain|grain-per-process|grain-elastic]
+        [--data grain|grain-per-process|grain-elastic] [--model-parallel]
 
 Every process of the job runs this with its own ``--process``; they meet
 at the coordinator on 127.0.0.1:P (process 0 serves it). Each process has
@@ -27,6 +27,11 @@ rows, process 1's read among as many rows its pipeline filters out (so the
 processes' states differ: restoring one's state on the other goes wrong);
 ``grain-elastic``, each process its shard of an ``ElasticIterator`` (one
 global position, valid on any process count).
+
+``--model-parallel`` sets the user's ``ModelParallel`` once the processes
+joined: the first Dense layer split over the processes, so that each
+process holds pieces of the state no other one does (the weights written
+out are gathered whole).
 """
 
 from __future__ import annotations
@@ -157,6 +162,36 @@ def build_model() -> object:
     return model
 
 
+def shard_across_processes() -> None:
+    """The user's ``ModelParallel``, set once the processes joined: a mesh
+    of (processes, devices each) whose ``"batch"`` axis runs across the
+    processes (each feeds its own rows), and the first Dense kernel and bias
+    split over that axis too, as FSDP shards weights over the data axis: so
+    each process holds pieces of the state no other one does."""
+    import jax
+    import keras
+
+    devices = keras.distribution.list_devices()
+    shape = (jax.process_count(), len(devices) // jax.process_count())
+    mesh = keras.distribution.DeviceMesh(shape, ("batch", "model"), devices)
+    layout_map = keras.distribution.LayoutMap(mesh)
+    layout_map[".*/dense/kernel"] = (None, "batch")
+    layout_map[".*/dense/bias"] = ("batch",)
+    keras.distribution.set_distribution(
+        keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+    )
+
+
+def whole(value: object) -> object:
+    """``value`` as one host array, gathered from every process if sharded."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    if getattr(value, "is_fully_addressable", True):
+        return np.asarray(value)
+    return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("run_dir")
@@ -176,6 +211,7 @@ def main() -> None:
     parser.add_argument("--data", choices=DATA_SHARDING, default="global")
     parser.add_argument("--change-shard", default=None)
     parser.add_argument("--start-timeout", type=float, default=300.0)
+    parser.add_argument("--model-parallel", action="store_true")
     args = parser.parse_args()
     os.environ["KERAS_BACKEND"] = "jax"
     # Run by hand too (docs/guide/multi-host.md): this tree's colab_resume.
@@ -208,6 +244,9 @@ def main() -> None:
         heartbeat_seconds=1.0,
         **cluster,  # type: ignore[arg-type]
     )
+
+    if args.model_parallel:
+        shard_across_processes()
 
     def on_step(step: int) -> None:
         print(f"STEP {step}", flush=True)
@@ -243,8 +282,8 @@ def main() -> None:
         model, optimizer = state["model"], state["optimizer"]
     import numpy as np
 
-    values = [np.asarray(v.value) for v in model.variables]  # type: ignore[attr-defined]
-    values += [np.asarray(v.value) for v in optimizer.variables]  # type: ignore[attr-defined]
+    variables = [*model.variables, *optimizer.variables]  # type: ignore[attr-defined]
+    values = [whole(v.value) for v in variables]
     os.makedirs(args.out_dir, exist_ok=True)
     np.savez(
         os.path.join(args.out_dir, f"weights.p{args.process}.npz"),

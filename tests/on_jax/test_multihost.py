@@ -14,6 +14,7 @@ trains and resumes bitwise, and shards that disagree fail on every process.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import queue
@@ -28,6 +29,7 @@ import time
 
 import numpy as np
 import pytest
+from support.checkpoints import header
 from support.processes import python_path
 
 from colab_resume import exit_status
@@ -291,6 +293,46 @@ def test_checkpoint_missing_one_process_marker_is_never_restored(
     assert info is not None and info.name.dirname == older
     assert [name for name, _ in info.skipped] == [newest]
     assert "process(es) [1]" in info.skipped[0][1]
+
+
+@pytest.fixture(scope="module")
+def sharded_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """An uninterrupted 2 x 2 run under the user's ``ModelParallel`` that
+    splits the first Dense layer across the processes."""
+    base = tmp_path_factory.mktemp("sharded-reference")
+    run_dir, out = str(base / "run"), str(base / "out")
+    finish(run_pair(run_dir, out, "--model-parallel"))
+    return run_dir, out
+
+
+def test_a_state_sharded_across_processes_is_written_by_each_and_resumes_bitwise(
+    sharded_reference: tuple[str, str], tmp_path: str
+) -> None:
+    """Each process writes the pieces only its devices hold (process 1 its
+    own file, listed in its done marker); the manifest lists both; verify
+    puts them together; a SIGKILL of process 1 mid-run and a restart end
+    bitwise equal to the uninterrupted run."""
+    run_dir, _ = sharded_reference
+    newest = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step-*")))[-1]
+    with open(os.path.join(newest, rundir.MANIFEST)) as f:
+        listed = [e["name"] for e in json.load(f)["files"]]
+    assert listed == ["ckpt.safetensors", "ckpt.p00001.safetensors"], listed
+    with open(os.path.join(newest, "PROCESS-1.json")) as f:
+        assert [e["name"] for e in json.load(f)["files"]] == [listed[1]]
+    own = header(os.path.join(newest, listed[1]))
+    # The first kernel (5 x 8) in two pieces of four columns, one a process.
+    assert "model/000000@0,4" in own and "model/000000@0,0" not in own
+    assert all("@" in n for n in own)  # nothing replicated written twice
+    checked = subprocess.run(
+        [sys.executable, "-m", "colab_resume", "verify", run_dir],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=python_path()),
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    kill_one_restart_bitwise(sharded_reference, tmp_path, "--model-parallel")
 
 
 def test_two_by_two_continues_on_one_by_two_naming_the_change(

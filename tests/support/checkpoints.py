@@ -18,16 +18,22 @@ def is_data_file(path: str) -> bool:
     return name.endswith(".safetensors") or ".data-" in name
 
 
+def header(path: str) -> dict[str, Any]:
+    """Tensor name -> its entry in a safetensors file's header (read as the
+    format documents it, not by the package)."""
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        found: dict[str, Any] = json.loads(handle.read(length))
+    found.pop("__metadata__", None)
+    return found
+
+
 def headers(directory: str) -> dict[str, Any]:
-    """Tensor name -> its safetensors header entry, over the directory's
-    shard files (read as their format documents it, not by the package)."""
+    """:func:`header` over the directory's shard files."""
     found: dict[str, Any] = {}
     for name in sorted(os.listdir(directory)):
         if name.endswith(".safetensors"):
-            with open(os.path.join(directory, name), "rb") as handle:
-                (length,) = struct.unpack("<Q", handle.read(8))
-                found.update(json.loads(handle.read(length)))
-    found.pop("__metadata__", None)
+            found.update(header(os.path.join(directory, name)))
     return found
 
 

@@ -83,6 +83,12 @@ class StateWriter(Protocol):
         """Take what a save needs now (the training thread waits for this)."""
         ...
 
+    def write_part(self, prefix: str) -> None:
+        """:meth:`write` for a process of a multi-process run that does not
+        commit: only the pieces of sharded variables that this process's
+        devices alone hold (none where the state is replicated)."""
+        ...
+
     def sync(self) -> None:
         """Finish the files on local disk (the upload thread calls this)."""
         ...

@@ -132,6 +132,9 @@ class TrainingState:
         """Write the checkpoint files ``prefix.index`` / ``prefix.data-*``."""
         self.checkpoint.write(prefix, options=save_options(*self._write_options))
 
+    def write_part(self, prefix: str) -> None:
+        """Nothing: TensorFlow's own format is written by one process."""
+
     def sync(self) -> None:
         """Wait for an asynchronous write to reach the local disk."""
         sync = getattr(self.checkpoint, "sync", None)

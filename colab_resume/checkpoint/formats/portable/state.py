@@ -163,9 +163,25 @@ def _host_whole(variable: Any) -> Any:
     return np.asarray(_to_host(_snapshot(variable, whole=True)))
 
 
-def _whole(value: Any) -> Any:
-    """A snapshot whole: pieces put together (frozen arrays are hashed whole)."""
-    return value.whole() if isinstance(value, HostPieces) else value
+def _frozen_whole(name: str, value: Any) -> Any:
+    """A frozen array's snapshot whole: pieces put together (frozen arrays
+    are hashed and stored whole).
+
+    Raises:
+        ValueError: this process does not hold all of it (a multi-process
+            run sharding a frozen array across processes).
+    """
+    if not isinstance(value, HostPieces):
+        return value
+    try:
+        return value.whole()
+    except ValueError as exc:
+        raise ValueError(
+            f"frozen array {name}: {exc}. Frozen arrays stored once or rebuilt "
+            f"are written whole by process 0, which cannot hold this one; "
+            f"create the Agent with frozen='every' to save it by the piece "
+            f"with the rest."
+        ) from None
 
 
 def _kept_on_cpu(tensor: Any) -> Any:
@@ -349,9 +365,36 @@ class ArrayState:
             self._pending_shared = self.shared
         else:
             self._pending_shared = None
-            frozen = {name: _whole(arrays.pop(name)) for name in self._frozen}
+            frozen = {
+                name: _frozen_whole(name, arrays.pop(name)) for name in self._frozen
+            }
         self._pending_objects = []
         self._pending = (prefix, arrays, frozen)
+        if not self.write_behind:
+            self.sync()
+
+    def write_part(self, prefix: str) -> None:
+        """See :meth:`~colab_resume.checkpoint.formats.StateWriter.write_part`.
+
+        The frozen arrays are left out unless ``frozen="every"``: stored
+        once, they are process 0's to write, and it refuses what it does
+        not hold whole.
+        """
+        named = self._named()
+        if self.frozen != EVERY:
+            for name in self._frozen:
+                del named[name]
+        current = backend.current()
+        arrays: dict[str, Any] = {}
+        for name, variable in named.items():
+            pieces = current.own_pieces(variable)
+            if pieces is not None and pieces.pieces:
+                arrays[name] = pieces
+        self._pending_shared = None
+        self._pending_objects = []
+        self.written = {}
+        # No pieces of its own (a replicated state): no file at all.
+        self._pending = (prefix, arrays, {}) if arrays else None
         if not self.write_behind:
             self.sync()
 
