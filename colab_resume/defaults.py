@@ -26,6 +26,10 @@ DRIVE_HEARTBEAT_SECONDS = 30.0
 # Drive lets one user upload 750 GB a day; save_every="auto" takes at most
 # half of it.
 DRIVE_DAILY_UPLOAD_BYTES = 750e9
+# One upload stream to Drive moves a few MB/s; a save's parallel uploads
+# add up (bench/bench_transfers.py: 4 streams, 3.1x one). What estimates a
+# first save's upload before it starts (checkpoint/upload_notes.py).
+DRIVE_UPLOAD_STREAM_BYTES_PER_SECOND = 2.5e6
 # Training whose step has not moved for this long (while beating) is STALLED.
 STALL_AFTER_SECONDS = 600.0
 # A holder whose lease is unreadable (damage) promised nothing readable:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import keras
 import numpy as np
@@ -588,8 +589,86 @@ def test_a_slow_first_upload_of_the_frozen_arrays_suggests_rebuild(tmp_path):
         saving.save(model, step=2, epoch=0)
         saving.wait()
     (slow,) = events.recent(kind="checkpoint.frozen_slow")
-    assert slow.step == 1
+    assert slow.step == 1 and slow.data["estimated"] is False
     assert "frozen='rebuild' writes none of them" in slow.message
+
+
+def slow_uploads(storage: Storage, monkeypatch, rate: float):
+    """A clock on which each file ``storage`` uploads takes its size /
+    ``rate`` seconds: a slow store, without waiting for one."""
+    now = [0.0]
+    lock = threading.Lock()
+    put = storage.put_file
+
+    def slow_put(local: str, rel: str, **options) -> None:
+        size = os.path.getsize(local)  # before: a local store moves the file
+        put(local, rel, **options)
+        with lock:
+            now[0] += size / rate
+
+    monkeypatch.setattr(storage, "put_file", slow_put)
+    return lambda: now[0]
+
+
+def test_a_long_upload_of_the_frozen_arrays_suggests_rebuild_before_it_starts(
+    tmp_path, monkeypatch
+):
+    """A store said to move 1 kB/s an upload (the local store stands in),
+    whose uploads take that long: the frozen arrays' half megabyte would
+    take about 9 minutes. The suggestion comes before any object is
+    uploaded, and the commit, slower than 5 minutes, does not repeat it."""
+    storage = Storage(str(tmp_path / "run"))
+    storage.store.upload_stream_bytes_per_second = 1000.0
+    clock = slow_uploads(storage, monkeypatch, 1000.0)
+    events = EventLog()
+    stored_then = []
+    events.subscribe(
+        lambda e: (
+            stored_then.append(objects_of(storage))
+            if e.kind == "checkpoint.frozen_slow"
+            else None
+        )
+    )
+    model = lora_model()
+    train(model, 1)
+    with manager(storage, tmp_path, events=events, clock=clock) as saving:
+        saving.save(model, step=1, epoch=0)
+        saving.save(model, step=2, epoch=0)
+        saving.wait()
+    (slow,) = events.recent(kind="checkpoint.frozen_slow")
+    assert stored_then == [{}]  # before the upload of the objects
+    assert slow.step == 1 and slow.data["estimated"] is True
+    assert slow.data["estimated_seconds"] == pytest.approx(FROZEN_BYTES / 1e3, 0.05)
+    assert "at 1 kB/s (1 at a time, each about 1 kB/s as this store" in slow.message
+    assert "frozen='rebuild' writes none of them" in slow.message
+    first = events.recent(kind="checkpoint.committed")[0]
+    assert first.step == 1 and first.data["seconds"] > 300  # slow after, too
+
+
+def test_the_estimate_takes_the_rate_this_session_measured_over_the_store_s(
+    tmp_path, monkeypatch
+):
+    """A store said to move 1 GB/s an upload, whose uploads this session
+    measured at 1 kB/s (a model with no frozen part saved first): the
+    fine-tune's first save suggests "rebuild" at the measured rate."""
+    storage = Storage(str(tmp_path / "run"))
+    storage.store.upload_stream_bytes_per_second = 1e9
+    clock = slow_uploads(storage, monkeypatch, 1000.0)
+    events = EventLog()
+    plain = keras.Sequential([keras.Input((BASE,)), keras.layers.Dense(BASE)])
+    plain.compile(optimizer="sgd", loss="mse")
+    model = lora_model()
+    train(model, 1)
+    with manager(storage, tmp_path, events=events, clock=clock) as saving:
+        saving.save(plain, step=1, epoch=0)
+        saving.wait()
+        assert events.recent(kind="checkpoint.frozen_slow") == []
+        saving.save(model, step=2, epoch=0)
+        saving.wait()
+    (slow,) = events.recent(kind="checkpoint.frozen_slow")
+    assert slow.step == 2 and slow.data["estimated"] is True
+    assert slow.data["bytes_per_second"] == pytest.approx(1e3)
+    assert "at 1 kB/s (as this session's uploads measured)" in slow.message
 
 
 def test_an_object_deleted_under_a_live_session_is_written_again(storage, tmp_path):

@@ -12,7 +12,7 @@ from typing import Any
 
 from colab_resume.agent import epoch_length
 from colab_resume.agent.driver import Driver
-from colab_resume.checkpoint import CheckpointManager
+from colab_resume.checkpoint import CheckpointManager, presets
 from colab_resume.errors import CorruptRecordError, FencedError
 from colab_resume.events import EventLog
 from colab_resume.protocol import rundir
@@ -64,8 +64,9 @@ def load_final_state(
     done: dict[str, Any] | None = None,
 ) -> None:
     """The run finished before: rebuild and restore the final state."""
-    with strategy.scope():
+    with strategy.scope(), presets.watching() as loaded:
         driver.build()
+    presets.mark(driver.state, loaded)
     reader = CheckpointManager(
         storage,
         lease=max([1] + [number for number, _ in read_leases(storage)]),

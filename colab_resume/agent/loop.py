@@ -64,6 +64,7 @@ from colab_resume.checkpoint import (
     CheckpointManager,
     RestoredInfo,
     SaveTriggers,
+    presets,
 )
 from colab_resume.checkpoint.cadence import AutoCadence, Evidence
 from colab_resume.checkpoint.triggers import lifetime_applies
@@ -399,8 +400,13 @@ class RunLoop:
         prefetch = manager.prefetch() if PREFETCH and strategy is not None else None
         try:
             if strategy is not None:
-                with self.timings.measure("build"), strategy.scope():
+                with (
+                    self.timings.measure("build"),
+                    strategy.scope(),
+                    presets.watching() as loaded,
+                ):
                     driver.build()
+                presets.mark(driver.state, loaded)
             state = driver.state
         except BaseException:
             if prefetch is not None:

@@ -51,9 +51,22 @@ class FrozenArraysChangedError(StructureMismatchError):
     seed, a changed ``build_model``), and no stored copy exists.
 
     Attributes:
-        differ: the tensor names (``model/000003``) whose arrays differ.
+        differ: the tensor names (``model/000003``) whose arrays differ;
+            empty when the presets alone decided (no array was compared).
+        trained_on: the keras-hub presets the checkpoint was trained on,
+            where it names them.
+        loaded: those ``build_model()`` loaded this time, where known.
     """
 
-    def __init__(self, message: str, differ: list[str]) -> None:
+    def __init__(
+        self,
+        message: str,
+        differ: list[str],
+        *,
+        trained_on: tuple[str, ...] = (),
+        loaded: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(message)
         self.differ = differ
+        self.trained_on = trained_on
+        self.loaded = loaded

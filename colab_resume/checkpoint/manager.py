@@ -45,7 +45,10 @@ from colab_resume.checkpoint.restore import RestoredInfo, restore_latest, size_b
 from colab_resume.checkpoint.transfer_progress import TransferProgress
 from colab_resume.checkpoint.upload_notes import (
     DailyUploads,
+    UploadRate,
+    frozen_estimate,
     frozen_note,
+    rate_text,
     slow_objects,
 )
 from colab_resume.checkpoint.uploader import Uploader
@@ -232,6 +235,9 @@ class CheckpointManager:
         self._daily = DailyUploads(
             getattr(storage.store, "daily_upload_bytes", None), self.config.frozen
         )
+        self._upload_rate = UploadRate()
+        # "rebuild" was suggested (before an upload or after a commit): once.
+        self._suggested_rebuild = False
         self.last_saved: CheckpointName | None = None
         self.last_committed: CheckpointName | None = None
         # Its files' size (or, until a commit, the restored checkpoint's).
@@ -409,9 +415,19 @@ class CheckpointManager:
             objects=shared,
         )
         uploads = [(os.path.join(staging, f), f"{name.path}/{f}") for f in files]
+        fresh = []  # the shared objects this upload writes
         if shared is not None:
-            uploads += objects.to_upload(self.storage, new_objects)
+            fresh = objects.to_upload(self.storage, new_objects)
+        uploads += fresh
         upload_bytes = sum(os.path.getsize(local) for local, _ in uploads)
+        parallel, _ = transfer.upload_plan(
+            staging_bytes(upload_bytes), self.config.workers
+        )
+        self._estimate_objects(
+            name.step,
+            sum(os.path.getsize(local) for local, _ in fresh),
+            streams=min(len(fresh), parallel),
+        )
         progress = TransferProgress(
             self._events,
             kind="checkpoint.upload.progress",
@@ -420,6 +436,7 @@ class CheckpointManager:
             step=name.step,
             quiet_seconds=self.config.progress_seconds,
         )
+        upload_started = self._clock()
         transfer.upload(
             self.storage,
             uploads,
@@ -429,6 +446,7 @@ class CheckpointManager:
             # either format (TensorFlow's nbytes cannot size every trackable).
             memory_bytes=staging_bytes(upload_bytes),
         )
+        self._upload_rate.record(upload_bytes, self._clock() - upload_started)
         if self.process is not None:
             write_marker(self.storage, name, self.process, entries)
             markers, parts = collect_markers(self.storage, name, self.process)
@@ -502,15 +520,55 @@ class CheckpointManager:
         self._prune_quietly(name.step)
         training_state.committed()
 
+    def _estimate_objects(self, step: int, fresh: int, *, streams: int) -> None:
+        """Before an upload of ``fresh`` bytes of frozen arrays in
+        ``streams`` parallel files starts: suggest ``"rebuild"`` now where it
+        will take long, at the rate this session's uploads measured, else
+        at the one the store typically allows (none known: nothing said)."""
+        if fresh <= 0 or self._suggested_rebuild:
+            return
+        measured = self._upload_rate.bytes_per_second
+        per_stream = getattr(self.storage.store, "upload_stream_bytes_per_second", None)
+        if measured is not None:
+            rate, basis = measured, "as this session's uploads measured"
+        elif per_stream:
+            rate = per_stream * max(1, streams)
+            basis = (
+                f"{max(1, streams)} at a time, each about {rate_text(per_stream)} as "
+                f"this store typically allows"
+            )
+        else:
+            return
+        found = frozen_estimate(fresh, rate, basis)
+        if found is None:
+            return
+        self._suggested_rebuild = True
+        self._events.emit(
+            "checkpoint.frozen_slow",
+            found[0],
+            step=step,
+            bytes=fresh,
+            estimated=True,
+            estimated_seconds=found[1],
+            bytes_per_second=rate,
+        )
+
     def _note_uploads(self, step: int, fresh: int, seconds: float) -> None:
+        """After a commit that uploaded ``fresh`` bytes of frozen arrays in
+        ``seconds``: suggest ``"rebuild"`` where that was slow and nothing
+        said so before the upload (no rate was known, or it was wrong)."""
+        if self._suggested_rebuild:
+            return
         suggestion = slow_objects(fresh, seconds)
         if suggestion is not None:
+            self._suggested_rebuild = True
             self._events.emit(
                 "checkpoint.frozen_slow",
                 suggestion,
                 step=step,
                 seconds=seconds,
                 bytes=fresh,
+                estimated=False,
             )
 
     def _write_part(

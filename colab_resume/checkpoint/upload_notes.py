@@ -1,10 +1,13 @@
-"""What a commit says about its uploads: frozen arrays, slow stores, daily caps.
+"""What a save says about its uploads: frozen arrays, slow stores, daily caps.
 
-Pure functions and one small tracker, called by the checkpoint manager
-after each commit; they decide the words, the manager emits the events.
+Pure functions and small trackers, called by the checkpoint manager before
+an upload starts and after each commit; they decide the words, the
+manager emits the events.
 """
 
 from __future__ import annotations
+
+from colab_resume.timings import duration
 
 # Warn once a session's steady uploads, extrapolated to a day, take this
 # share of its store's daily upload cap (Drive: 750 GB per user).
@@ -12,6 +15,12 @@ CAP_WARN_SHARE = 0.8
 DAY_SECONDS = 86_400.0
 # A commit that spent this long uploading frozen arrays suggests "rebuild".
 SLOW_OBJECTS_SECONDS = 300.0
+# An upload of frozen arrays estimated, before it starts, to take longer
+# than this suggests "rebuild" at once.
+SLOW_ESTIMATE_SECONDS = 60.0
+# A session's uploads give a measured rate once they took this long
+# together: shorter ones mostly measure each request's turnaround.
+MEASURED_SECONDS = 5.0
 
 
 def frozen_note(
@@ -56,6 +65,60 @@ def slow_objects(fresh: int, seconds: float) -> str | None:
         f"frozen='rebuild' writes none of them (a resume then checks that "
         f"build_model() made the same ones)."
     )
+
+
+def frozen_estimate(
+    fresh: int, bytes_per_second: float, basis: str
+) -> tuple[str, float] | None:
+    """The suggestion of ``"rebuild"`` before an upload of ``fresh`` bytes
+    of frozen arrays starts, with its estimated seconds, where at
+    ``bytes_per_second`` it takes longer than :data:`SLOW_ESTIMATE_SECONDS`;
+    else None.
+
+    Args:
+        basis: where the rate comes from, in a few words for the message.
+    """
+    if fresh <= 0 or bytes_per_second <= 0:
+        return None
+    seconds = fresh / bytes_per_second
+    if seconds <= SLOW_ESTIMATE_SECONDS:
+        return None
+    return (
+        f"uploading the frozen arrays ({fresh / 1e9:.2f} GB) for this run will "
+        f"take about {duration(seconds)} at {rate_text(bytes_per_second)} "
+        f"({basis}); the first commit waits for it, later saves only reference "
+        f"them. frozen='rebuild' writes none of them (a resume then checks that "
+        f"build_model() made the same ones). This upload goes on.",
+        seconds,
+    )
+
+
+def rate_text(bytes_per_second: float) -> str:
+    """``"850 kB/s"``, ``"2.5 MB/s"``."""
+    if bytes_per_second < 1e6:
+        return f"{bytes_per_second / 1e3:.0f} kB/s"
+    return f"{bytes_per_second / 1e6:.1f} MB/s"
+
+
+class UploadRate:
+    """What a session's uploads moved a second, once they measured enough
+    (:data:`MEASURED_SECONDS`)."""
+
+    def __init__(self) -> None:
+        self._bytes = 0
+        self._seconds = 0.0
+
+    def record(self, nbytes: int, seconds: float) -> None:
+        """Count one upload of ``nbytes`` that took ``seconds``."""
+        if nbytes > 0 and seconds > 0:
+            self._bytes += nbytes
+            self._seconds += seconds
+
+    @property
+    def bytes_per_second(self) -> float | None:
+        if self._seconds < MEASURED_SECONDS:
+            return None
+        return self._bytes / self._seconds
 
 
 class DailyUploads:

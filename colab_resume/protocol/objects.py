@@ -20,7 +20,10 @@ damaged object can be stood in for by the same arrays rebuilt by
 ``build_model()``. With ``frozen="rebuild"`` the frozen arrays are stored
 nowhere: ``"rebuilt": {"model/000003": "<array sha256>", ...}`` records
 their fingerprint, which the arrays ``build_model()`` makes must match at
-restore. Pure: what the records hold and how to parse them.
+restore. Where ``build_model()`` loaded keras-hub presets, ``"presets":
+["kaggle://keras/gemma/keras/gemma_2b_en/3"]`` names them (a manifest
+without it, older or of a model built from config, names none). Pure: what
+the records hold and how to parse them.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ from colab_resume.protocol.files import FileEntry
 OBJECT_DIR = "objects"
 _OBJECT_RE = re.compile(r"[0-9a-f]{64}\.safetensors")
 _DIGEST_RE = re.compile(r"[0-9a-f]{64}")
+# A build loads a preset or two (a task's, a tokenizer's); a record naming
+# more, or longer handles, is damage.
+MAX_PRESETS = 16
+MAX_PRESET_CHARS = 1024
 
 
 def object_path(name: str) -> str:
@@ -69,13 +76,29 @@ class SharedObjects:
             SHA-256)`` for every tensor an object holds.
         rebuilt: tensor name -> array SHA-256 of every tensor stored
             nowhere (``frozen="rebuild"``): ``build_model()`` makes it.
+        presets: the keras-hub presets ``build_model()`` loaded these
+            arrays from, as handles (``hf://org/model``, a Kaggle handle
+            with its version, a local directory); empty where none is known.
     """
 
     files: tuple[FileEntry, ...]
     arrays: dict[str, tuple[str, str]]
     rebuilt: dict[str, str] = dataclasses.field(default_factory=dict)
+    presets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if not (
+            isinstance(self.presets, tuple)
+            and len(self.presets) <= MAX_PRESETS
+            and all(
+                isinstance(p, str) and 0 < len(p) <= MAX_PRESET_CHARS
+                for p in self.presets
+            )
+        ):
+            raise ValueError(
+                f"Manifest.objects.presets must be at most {MAX_PRESETS} preset "
+                f"handles (strings), got {str(self.presets)[:200]}."
+            )
         for tensor, digest in self.rebuilt.items():
             if not (isinstance(digest, str) and _DIGEST_RE.fullmatch(digest)):
                 raise ValueError(
@@ -133,6 +156,8 @@ class SharedObjects:
         }
         if self.rebuilt:
             value["rebuilt"] = dict(sorted(self.rebuilt.items()))
+        if self.presets:
+            value["presets"] = list(self.presets)
         return value
 
     @classmethod
@@ -157,4 +182,14 @@ class SharedObjects:
                 for t, w in value["arrays"].items()
             },
             rebuilt=dict(value.get("rebuilt", {})),
+            presets=_handles(value.get("presets", [])),
         )
+
+
+def _handles(value: Any) -> tuple[str, ...]:
+    """The ``presets`` list of a manifest's ``objects`` field, as a tuple."""
+    if not isinstance(value, list):
+        raise ValueError(
+            f"Manifest.objects.presets must be a list, got {type(value).__name__}."
+        )
+    return tuple(value)

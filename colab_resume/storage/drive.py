@@ -132,6 +132,7 @@ class DriveStore(Store):
     heartbeat_seconds = defaults.DRIVE_HEARTBEAT_SECONDS
     service = "Drive"
     daily_upload_bytes = defaults.DRIVE_DAILY_UPLOAD_BYTES
+    upload_stream_bytes_per_second = defaults.DRIVE_UPLOAD_STREAM_BYTES_PER_SECOND
 
     def __init__(
         self, url: str, protocol: str, root: str, storage_options: dict[str, Any]

@@ -112,12 +112,16 @@ class Store(abc.ABC):
         heartbeat_seconds: the interval between heartbeats this kind of
             storage wants when the user chose none (a service with tight
             per-user quotas); None: the product's default.
+        upload_stream_bytes_per_second: what one upload stream to this kind
+            of storage typically moves, to estimate a long upload before it
+            starts; None: not known (or fast enough not to matter).
     """
 
     principal = "the local user"
     service = "the store"
     heartbeat_seconds: float | None = None
     daily_upload_bytes: float | None = None
+    upload_stream_bytes_per_second: float | None = None
 
     def __init__(
         self, url: str, protocol: str, root: str, storage_options: dict[str, Any]

@@ -105,6 +105,7 @@ def write_objects(
     shard_bytes: int,
     *,
     rewrite: Set[str] = frozenset(),
+    presets: tuple[str, ...] = (),
 ) -> tuple[SharedObjects, list[ObjectFile]]:
     """Write frozen ``arrays`` as shared objects in ``directory``.
 
@@ -116,6 +117,7 @@ def write_objects(
 
     Args:
         rewrite: object names to upload even where stored (found damaged).
+        presets: the keras-hub presets the arrays were loaded from.
 
     Returns:
         What a manifest records of them, and the files to upload.
@@ -137,15 +139,18 @@ def write_objects(
         entry = FileEntry(name=object_name, size=size, crc32c=crc)
         files.append(ObjectFile(path, entry, rewrite=object_name in rewrite))
         held.update((names[i], (object_name, digests[names[i]])) for i in run)
-    shared = SharedObjects(files=tuple(f.entry for f in files), arrays=held)
+    shared = SharedObjects(
+        files=tuple(f.entry for f in files), arrays=held, presets=presets
+    )
     return shared, files
 
 
-def fingerprint(arrays: dict[str, Any]) -> SharedObjects:
+def fingerprint(arrays: dict[str, Any], presets: tuple[str, ...] = ()) -> SharedObjects:
     """What a checkpoint records of frozen ``arrays`` it does not store
-    (``frozen="rebuild"``): each one's SHA-256; the arrays are dropped."""
+    (``frozen="rebuild"``): each one's SHA-256, and the keras-hub
+    ``presets`` they were loaded from; the arrays are dropped."""
     digests = {name: array_digest(arrays.pop(name)) for name in list(arrays)}
-    return SharedObjects(files=(), arrays={}, rebuilt=digests)
+    return SharedObjects(files=(), arrays={}, rebuilt=digests, presets=presets)
 
 
 def _sha256_file(path: str) -> str:

@@ -64,6 +64,7 @@ from colab_resume.checkpoint.groups import (
     metrics_pending,
     variable_list,
 )
+from colab_resume.checkpoint.presets import decisive, loaded, said, whence
 from colab_resume.checkpoint.structure import check_fits, same_objects
 from colab_resume.protocol.manifest import FileEntry
 from colab_resume.protocol.objects import OBJECT_DIR, SharedObjects, array_digest
@@ -228,6 +229,9 @@ class ArrayState:
         shared: the shared objects holding this state's frozen arrays that
             the run directory is known to hold (a commit or a restore said
             so); None until then, and with ``frozen="every"``.
+        presets: the keras-hub presets the state's models were loaded from
+            (:mod:`colab_resume.checkpoint.presets`), recorded with the
+            frozen arrays; empty where none is known.
 
     Raises:
         NotPortableError: a group is not made of variables.
@@ -269,6 +273,7 @@ class ArrayState:
         self._frozen = (
             [] if self.frozen == EVERY else frozen_tensors(self.source, self._groups)
         )
+        self.presets = loaded(self.source)
 
     def outdated(self) -> bool:
         """True once the state's variables are not the ones this object lists
@@ -418,11 +423,15 @@ class ArrayState:
             if frozen:
                 host = {name: _to_host(frozen.pop(name)) for name in list(frozen)}
                 if self.frozen == REBUILD:
-                    self._pending_shared = fingerprint(host)
+                    self._pending_shared = fingerprint(host, self.presets)
                     return
                 directory = os.path.join(os.path.dirname(prefix), OBJECT_DIR)
                 self._pending_shared, self._pending_objects = write_objects(
-                    directory, host, self.shard_bytes, rewrite=self._rewrite
+                    directory,
+                    host,
+                    self.shard_bytes,
+                    rewrite=self._rewrite,
+                    presets=self.presets,
                 )
 
     def committed(self) -> None:
@@ -491,7 +500,7 @@ class ArrayState:
         )
         listed = tensor_bound(saved)
         if objects is not None and objects.rebuilt:
-            self._check_rebuilt(objects.rebuilt)
+            self._check_rebuilt(objects)
         arrays, stood_in = self._read_objects(prefix, objects, listed, arrived)
         arrays.update(read_shards(prefix, files=files, tensors=listed, arrived=arrived))
         join(arrays, _shapes(saved))
@@ -588,12 +597,27 @@ class ArrayState:
             ) from None
         self._rewrite.add(name)
 
-    def _check_rebuilt(self, rebuilt: dict[str, str]) -> None:
+    def _check_rebuilt(self, objects: SharedObjects) -> None:
         """Check the live frozen arrays against a checkpoint's fingerprint.
+
+        Where the checkpoint and this build name hubs' presets that differ
+        (:func:`~colab_resume.checkpoint.presets.decisive`), the resume is
+        refused on the handles alone, before any array is hashed (a base
+        of gigabytes takes a while). Otherwise the arrays decide, and a
+        refusal names the presets too, where known.
 
         Raises:
             FrozenArraysChangedError: some differ, naming them and the fix.
         """
+        trained_on, built = objects.presets, self.presets
+        if decisive(trained_on, built):
+            raise _changed(
+                f"on preset {said(trained_on)}, build_model() loaded {said(built)}",
+                [],
+                trained_on,
+                built,
+            )
+        rebuilt = objects.rebuilt
         live = self._named()
         differ = [
             tensor
@@ -605,14 +629,13 @@ class ArrayState:
                 f"{name} ({live[name].path})" if name in live else name
                 for name in differ[:8]
             )
-            raise FrozenArraysChangedError(
-                f"the checkpoint was trained with frozen='rebuild' on frozen arrays "
-                f"build_model() no longer makes: {len(differ)} of {len(rebuilt)} "
-                f"differ ({described}). It stores no copy of them, so training "
-                f"cannot continue exactly. Make build_model() load the same base "
-                f"(the same preset version and seed), or start a new run_dir; "
-                f"frozen='once' stores the base with the run.",
+            raise _changed(
+                f"on frozen arrays build_model() no longer makes"
+                f"{whence(trained_on, built)}: {len(differ)} of {len(rebuilt)} "
+                f"differ ({described})",
                 differ,
+                trained_on,
+                built,
             )
 
     def _adopt(self, objects: SharedObjects | None, stood_in: list[str]) -> None:
@@ -624,9 +647,34 @@ class ArrayState:
         if set(objects.digests()) != set(self._frozen):
             return
         if self.frozen == REBUILD:
-            self.shared = SharedObjects(files=(), arrays={}, rebuilt=objects.digests())
+            self.shared = SharedObjects(
+                files=(),
+                arrays={},
+                rebuilt=objects.digests(),
+                presets=self.presets or objects.presets,
+            )
         elif not objects.rebuilt:
             self.shared = objects
+
+
+def _changed(
+    what: str, differ: list[str], trained_on: tuple[str, ...], built: tuple[str, ...]
+) -> FrozenArraysChangedError:
+    """The refusal of a ``frozen="rebuild"`` resume: trained ``what``."""
+    fix = (
+        f"load {said(trained_on)} again"
+        if trained_on
+        else "load the same base (the same preset version and seed)"
+    )
+    return FrozenArraysChangedError(
+        f"the checkpoint was trained with frozen='rebuild' {what}. It stores no "
+        f"copy of the frozen arrays, so training cannot continue exactly. Make "
+        f"build_model() {fix}, or start a new run_dir; frozen='once' stores the "
+        f"base with the run.",
+        differ,
+        trained_on=trained_on,
+        loaded=built,
+    )
 
 
 def _as_listed(name: str, value: Any, listed: list[Any]) -> Any:
