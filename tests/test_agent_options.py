@@ -25,7 +25,7 @@ _NAMES = (
     "save_every_steps, save_every_seconds, save_every, save_every_floor_seconds, "
     "save_every_ceiling_seconds, save_every_prior_seconds, keep, keep_every_steps, "
     "frozen, heartbeat_seconds, dead_after_seconds, stall_after_seconds, takeover, "
-    "storage_options, prefer, cpu_replicas, precision, max_recoveries, "
+    "storage_options, prefer, cpu_replicas, precision, strategy, max_recoveries, "
     "recovery_backoff_seconds, lifetime_seconds, storage_retry_seconds, run_id, "
     "reset_data_fingerprints, on_runtime_change, exit_on_preemption, "
     "preemption_notices, on_done, "
@@ -275,6 +275,7 @@ def test_the_defaults_are_the_parts_defaults():
         "prefer": "auto",
         "cpu_replicas": 1,
         "precision": "auto",
+        "strategy": None,
         "max_recoveries": 3,
         "recovery_backoff_seconds": 2.0,
         "lifetime_seconds": DEFAULT_LIFETIME_SECONDS,

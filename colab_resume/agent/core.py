@@ -39,6 +39,7 @@ from colab_resume.agent.steps import (
 from colab_resume.backend.accelerator import Accelerator
 from colab_resume.backend.current import check_supported as check_supported_backend
 from colab_resume.backend.current import current as current_backend
+from colab_resume.backend.current import is_jax
 from colab_resume.events import EventLog
 from colab_resume.exit_status import (
     NAMES,
@@ -51,6 +52,7 @@ from colab_resume.launch.identity import run_dir_from_environment
 from colab_resume.launch.teardown import run_teardown
 from colab_resume.report.goodput import Goodput, read_goodput
 from colab_resume.runtime import Connection
+from colab_resume.runtime.errors import ConnectOptionError
 from colab_resume.storage import Storage
 from colab_resume.storage.faults import brief
 from colab_resume.validate import check_int
@@ -106,6 +108,13 @@ class Agent:
     def __init__(self, run_dir: str | None = None, **options: Any) -> None:
         self.options = agent_options(**options)
         check_supported_backend()  # before anything is written or connected
+        if self.options.connect.strategy is not None and is_jax():
+            raise ConnectOptionError(
+                "strategy= is a tf.distribute strategy, and Keras runs on JAX "
+                "here. Set your keras.distribution instead (e.g. "
+                "keras.distribution.set_distribution(ModelParallel(...))): the "
+                "agent keeps it."
+            )
         identity = None if run_dir is not None else run_dir_from_environment()
         self.run_dir = identity.run_dir if identity is not None else str(run_dir)
         self.events = EventLog()

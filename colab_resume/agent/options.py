@@ -43,6 +43,7 @@ _FLAT: dict[str, tuple[str, str]] = {
     "prefer": ("connect", "prefer"),
     "cpu_replicas": ("connect", "cpu_replicas"),
     "precision": ("connect", "precision"),
+    "strategy": ("connect", "strategy"),
     "max_recoveries": ("", "max_recoveries"),
     "recovery_backoff_seconds": ("recovery", "initial_seconds"),
     "lifetime_seconds": ("triggers", "lifetime_seconds"),
@@ -128,6 +129,10 @@ class AgentOptions:
         precision (str): ``"auto"``, ``"float32"``, ``"mixed_bfloat16"``,
             ``"mixed_float16"``. ``"auto"`` keeps a policy set with
             ``keras.mixed_precision.set_global_policy`` before connecting.
+        strategy (tf.distribute.Strategy | None): TensorFlow: train under this
+            strategy of yours, kept as it is (``prefer`` and ``cpu_replicas``
+            do not apply); one whose ``scope()`` you entered around the
+            call is kept too. On JAX set a ``keras.distribution`` instead.
         max_recoveries (int): accelerator losses recovered in one session before
             giving up.
         recovery_backoff_seconds (float): first wait before reconnecting; doubles.

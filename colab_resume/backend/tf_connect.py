@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from colab_resume.backend import tf_devices, tf_tpu
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
 # Where a remote TPU worker must write checkpoints: the local host (docs/DESIGN.md §2).
 REMOTE_IO_DEVICE = "/job:localhost"
 
+# The strategies connectors made: any other one in scope is the user's.
+_MADE: weakref.WeakSet[Any] = weakref.WeakSet()
+
 NO_TPU_SIGNS = (
     "no COLAB_TPU_ADDR, TPU_NAME, COLAB_TPU_1VM, TPU_ACCELERATOR_TYPE, "
     "/dev/accel*, /dev/vfio/<n>"
@@ -54,6 +59,8 @@ class TensorFlowConnector:
         self._info: RuntimeInfo | None = None
         self._resolver: Any = None
         self._tpu_api: tf_tpu.TPUApi | None = None
+        # The user's strategy and how it came ("passed", "entered"), if any.
+        self._users: tuple[Any, str] | None = None
 
     def _tensorflow(self) -> Any:
         return import_tensorflow(self._info)
@@ -61,7 +68,16 @@ class TensorFlowConnector:
     # --- the Connector protocol ----------------------------------------------
 
     def connect(self) -> Any:
-        """Detect the machine and connect what ``prefer`` asks for."""
+        """Detect the machine and connect what ``prefer`` asks for, or keep
+        the strategy the user passed or entered the scope of."""
+        self._users = _users_strategy(self._accelerator.options.strategy)
+        if self._users is not None:
+            return self._keep(*self._users)
+        strategy = self._connect()
+        _MADE.add(strategy)
+        return strategy
+
+    def _connect(self) -> Any:
         a = self._accelerator
         p = a.platform
         info = self._info = detect(
@@ -104,13 +120,39 @@ class TensorFlowConnector:
             tf_tpu.shutdown_tpu(self._tpu_api, self._resolver, self._accelerator.events)
 
     def reconnect(self, previous: Connection) -> Any:
-        """The same kind as before, with the same retries and deadline."""
+        """The same kind as before, with the same retries and deadline (the
+        user's own strategy as it is: the agent cannot make it again)."""
+        if self._users is not None:
+            return self._keep(*self._users)
+        strategy = self._reconnect(previous)
+        _MADE.add(strategy)
+        return strategy
+
+    def _reconnect(self, previous: Connection) -> Any:
         assert self._info is not None, "connect() ran before any reconnect"
         if previous.kind == "tpu":
             return self._connect_tpu(self._info, previous.fallback_reason)
         if previous.kind == "gpu":
             return self._connect_gpu(self._info, previous.fallback_reason)
         return self._connect_cpu(previous.fallback_reason)
+
+    def _keep(self, strategy: Any, how: str) -> Any:
+        """Train under the user's ``strategy``, said in a ``runtime.strategy`` event."""
+        a = self._accelerator
+        devices = [str(d).upper() for d in strategy.extended.worker_devices]
+        kind = next(
+            (k for k in ("tpu", "gpu") if any(f"{k.upper()}:" in d for d in devices)),
+            "cpu",
+        )
+        a.emit(
+            "runtime.strategy",
+            f"training under the {type(strategy).__name__} the user {how} "
+            f"({int(strategy.num_replicas_in_sync)} replicas on {kind.upper()}), "
+            f"kept: the agent builds its own strategy only when none is given",
+            strategy=type(strategy).__name__,
+            given=how,
+        )
+        return a.finish(strategy, kind=kind, chip=kind)
 
     # --- one kind each --------------------------------------------------------
 
@@ -227,3 +269,15 @@ class TensorFlowConnector:
         else:
             reasons.append("no GPU found (no /dev/nvidiactl, TensorFlow lists none)")
         return self._connect_cpu(self._fall_back(reasons, "cpu"))
+
+
+def _users_strategy(passed: Any) -> tuple[Any, str] | None:
+    """The user's strategy: the one passed as ``strategy=``, else one whose
+    ``scope()`` is entered around the call (not one a connector made)."""
+    if passed is not None:
+        return passed, "passed"
+    tf = sys.modules.get("tensorflow")  # nothing entered before TF's import
+    if tf is None or not tf.distribute.has_strategy():
+        return None
+    entered = tf.distribute.get_strategy()
+    return None if entered in _MADE else (entered, "entered")

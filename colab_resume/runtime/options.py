@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from colab_resume.runtime.errors import ConnectOptionError
 from colab_resume.validate import check_int, check_seconds
@@ -29,6 +30,10 @@ class ConnectOptions:
             which it keeps), or a Keras policy name set as the global policy.
         tpu: override the ``TPUClusterResolver(tpu=...)`` target (``"local"``,
             a TPU name, ``"grpc://ip:port"``); None: from detection.
+        strategy: a ``tf.distribute.Strategy`` of the user's (TensorFlow
+            only): trained under as it is, ``prefer``, ``cpu_replicas`` and
+            ``tpu`` aside; None: the agent builds one (or keeps one whose
+            ``scope()`` the user entered around the call).
         deadline_seconds: give up connecting to the TPU after this long.
         initial_backoff_seconds: first wait between TPU connection attempts.
         max_backoff_seconds: cap of one wait.
@@ -39,6 +44,7 @@ class ConnectOptions:
     cpu_replicas: int = 1
     precision: str = "auto"
     tpu: str | None = None
+    strategy: Any = dataclasses.field(default=None, compare=False)
     deadline_seconds: float = 300.0
     initial_backoff_seconds: float = 1.0
     max_backoff_seconds: float = 30.0
@@ -63,6 +69,15 @@ class ConnectOptions:
             hint="Use 1 for one CPU device, or e.g. 2 to rehearse a 2-replica "
             "strategy.",
         )
+        if self.strategy is not None and not all(
+            hasattr(self.strategy, a) for a in ("scope", "num_replicas_in_sync")
+        ):
+            raise ConnectOptionError(
+                f"strategy must be a tf.distribute.Strategy or None, got "
+                f"{type(self.strategy).__name__}. Pass e.g. "
+                f"tf.distribute.MirroredStrategy(), or leave it out and the "
+                f"agent builds one."
+            )
         if self.tpu is not None and not isinstance(self.tpu, str):
             raise ConnectOptionError(
                 f"tpu must be a string or None, got {self.tpu!r}. Use tpu='local' "

@@ -152,3 +152,20 @@ def test_refuse_stops_a_resume_on_another_mesh_before_training(
     assert "distribution.mesh [2, 4] -> [4, 2]" in refused
     assert "on_runtime_change='continue'" in refused
     assert "specs" not in result  # nothing trained
+
+
+def test_a_tf_distribute_strategy_is_refused_by_name_on_jax(tmp_path) -> None:
+    """A stand-in with a strategy's attributes: TensorFlow is not installed
+    here, which is the point (the user's Keras runs on JAX)."""
+    from colab_resume import Agent
+    from colab_resume.runtime.errors import ConnectOptionError
+
+    class MirroredStrategy:
+        num_replicas_in_sync = 2
+
+        def scope(self) -> None: ...
+
+    run = str(tmp_path / "run")
+    with pytest.raises(ConnectOptionError, match="Keras runs on JAX here"):
+        Agent(run, strategy=MirroredStrategy())
+    assert not os.path.exists(run)  # refused before anything was written

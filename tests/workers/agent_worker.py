@@ -7,6 +7,7 @@
         [--unseeded-shuffle] [--reset-data-fingerprints]
         [--expiring-token] [--events EVENTS.json] [--tick-seconds S]
         [--stop-at-step N] [--raise-at-step N] [--skip-mode MODE]
+        [--user-strategy passed|entered]
 
 Trains a small Keras model (Dense, Dropout, BatchNormalization, Adam) under a
 2-replica MirroredStrategy on CPU with op determinism, through
@@ -26,7 +27,9 @@ a ``RuntimeError`` (a bug in the user's code): the exit-status tests read
 how the process ends. Every step prints ``STEP N`` when ``--print-steps``.
 ``--skip-mode`` makes ``make_dataset``'s ``skip`` honoured (``right``, the
 default), accepted and not used (``ignored``) or one batch early
-(``off-by-one``).
+(``off-by-one``). ``--user-strategy`` makes the same MirroredStrategy the
+user's own: passed as ``strategy=``, or its ``scope()`` entered around the
+agent's calls.
 """
 
 from __future__ import annotations
@@ -75,16 +78,30 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--stop-at-step", type=int)
     parser.add_argument("--raise-at-step", type=int)
     parser.add_argument("--print-steps", action="store_true")
+    parser.add_argument("--user-strategy", choices=["passed", "entered"])
     parser.add_argument(
         "--skip-mode", choices=["right", "ignored", "off-by-one"], default="right"
     )
     return parser.parse_args()
 
 
+def users_mirrored(tf, replicas: int):  # type: ignore[no-untyped-def]
+    """The user's own MirroredStrategy over ``replicas`` logical CPUs, made
+    as a user would, before the agent connects."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
+    )
+    names = [d.name for d in tf.config.list_logical_devices("CPU")]
+    return tf.distribute.MirroredStrategy(names)
+
+
 def main() -> int:
     args = parse()
     import keras
     import tensorflow as tf
+
+    user_strategy = users_mirrored(tf, args.replicas) if args.user_strategy else None
     from support import toy
     from support.dying import kill_if_at
 
@@ -142,6 +159,7 @@ def main() -> int:
         storage_options=options,
         prefer="cpu",
         cpu_replicas=args.replicas,
+        strategy=user_strategy if args.user_strategy == "passed" else None,
         recovery_backoff_seconds=0.1,
         storage_retry_seconds=args.retry_seconds,
         takeover=args.takeover,
@@ -203,6 +221,9 @@ def main() -> int:
     if args.tick_seconds is not None:
         agent._loop.progress.interval = args.tick_seconds  # internal: the tick's knob
 
+    entered = user_strategy.scope() if args.user_strategy == "entered" else None
+    if entered is not None:
+        entered.__enter__()  # the user's scope around the agent's calls
     if args.loop == "fit":
         history = agent.fit(
             build_model,
