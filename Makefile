@@ -17,7 +17,7 @@ HUB_DEPS := absl-py packaging regex rich kagglehub sentencepiece tokenizers
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	mkdir -p build && $(EDITABLE) $(PY) -m pip install --quiet -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(HUB) 'tensorflow-text>=2.20'
 	$(PY) -m pip install --quiet $(HUB_DEPS)
 	touch $(STAMP)
@@ -29,7 +29,12 @@ $(STAMP): setup.py pyproject.toml
 # ones after it: all run, the failures are listed at the end, and the exit
 # status is non-zero if any failed.
 TEST_PHASES := lint docs suite jax-test browser-test
-test: $(STAMP)
+test:
+	@echo "=== make test: virtualenvs and emulators, several at a time"
+	@# Mostly downloads: in parallel they take the time of the longest. A
+	@# failure here is left to the phase that needs it, which tries again.
+	-@$(MAKE) --no-print-directory -j 4 $(ENVIRONMENTS)
+	@$(MAKE) --no-print-directory $(STAMP)
 	@failed=""; \
 	for phase in $(TEST_PHASES); do \
 		echo "=== make test: $$phase"; \
@@ -40,6 +45,15 @@ test: $(STAMP)
 		exit 1; \
 	fi; \
 	echo "=== make test: all phases passed ($(TEST_PHASES))"
+
+# Editable installs of this package write its egg-info in the source tree:
+# one at a time, also when the virtualenvs are built in parallel.
+EDITABLE := flock build/.editable.lock
+
+# Everything the phases install, built up front by `make test`.
+ENVIRONMENTS = $(STAMP) $(DRIVE_MOCK)/.installed $(TORCH_VENV)/.installed \
+	$(DOCS_VENV)/.installed $(JAX_VENV)/.installed $(BROWSER_VENV)/.installed \
+	$(COLAB_VENV)/.installed
 
 # The Drive API emulator the suite starts (tests/support/drive_emulator.py):
 # google-drive-mock from npm with the express and cors it runs on, pinned.
@@ -57,7 +71,7 @@ TORCH_VENV := build/venv-torch
 $(TORCH_VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_VENV)/bin/pip install --quiet torch==2.13.0 keras
-	$(TORCH_VENV)/bin/pip install --quiet -e .
+	mkdir -p build && $(EDITABLE) $(TORCH_VENV)/bin/pip install --quiet -e .
 	touch $@
 
 # The main suite: two workers, each taking whole files (module fixtures are
@@ -132,12 +146,22 @@ $(JAX_VENV)/.installed: setup.py pyproject.toml tests/on_jax/requirements.txt
 	$(JAX_VENV)/bin/pip install --quiet -r tests/on_jax/requirements.txt
 	$(JAX_VENV)/bin/pip install --quiet --no-deps $(HUB)
 	$(JAX_VENV)/bin/pip install --quiet $(HUB_DEPS)
-	$(JAX_VENV)/bin/pip install --quiet -e .
+	mkdir -p build && $(EDITABLE) $(JAX_VENV)/bin/pip install --quiet -e .
 	touch $@
 
 # The cross-backend tests run the TensorFlow side in the main virtualenv.
+# Two workers, each taking whole files; then the multi-process files alone,
+# as they would run on separate hosts: their peers' liveness bound (a few
+# seconds of silence) is what they test, not what a loaded machine should
+# trip.
+JAX_ALONE := tests/on_jax/test_multihost.py tests/on_jax/test_demo_multihost.py
+JAX_PYTEST := COLAB_RESUME_TF_PYTHON=$(abspath $(PY)) $(JAX_VENV)/bin/python -m pytest -q
 jax-test: $(STAMP) $(JAX_VENV)/.installed
-	COLAB_RESUME_TF_PYTHON=$(abspath $(PY)) $(JAX_VENV)/bin/python -m pytest -q --durations=5 tests/on_jax
+	@status=0; \
+	$(JAX_PYTEST) -n 2 --dist loadfile --durations=5 \
+		$(addprefix --ignore=,$(JAX_ALONE)) tests/on_jax || status=1; \
+	$(JAX_PYTEST) --durations=5 $(JAX_ALONE) || status=1; \
+	exit $$status
 
 # The panel in a real browser, every button clicked while fit runs, in two
 # frontends: JupyterLab 4 (ipywidgets 8; served from build/venv-browser, the
@@ -148,7 +172,8 @@ jax-test: $(STAMP) $(JAX_VENV)/.installed
 BROWSER_VENV := build/venv-browser
 $(BROWSER_VENV)/.installed: setup.py tests/browser/requirements-lab.txt
 	$(PYTHON) -m venv $(BROWSER_VENV)
-	$(BROWSER_VENV)/bin/pip install --quiet -e . -r tests/browser/requirements-lab.txt
+	$(BROWSER_VENV)/bin/pip install --quiet -r tests/browser/requirements-lab.txt
+	mkdir -p build && $(EDITABLE) $(BROWSER_VENV)/bin/pip install --quiet -e .
 	touch $@
 
 browser-test: $(STAMP) $(BROWSER_VENV)/.installed $(COLAB_VENV)/.installed
