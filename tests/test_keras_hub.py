@@ -2,9 +2,9 @@
 
 A keras-hub ``Task`` wraps ``fit`` with its preprocessing and takes a
 ``tf.data.Dataset`` of raw strings, refusing the distributed dataset the
-agent used to hand it. Tiny models built from config (``GemmaCausalLM`` with
-LoRA, ``BertTextClassifier``), SIGKILLed mid-epoch and rerun in real
-processes, end bitwise equal to an uninterrupted run
+agent used to hand it. Tiny models built from config (``GemmaCausalLM``,
+``BertTextClassifier``, each with and without LoRA), SIGKILLed mid-epoch and
+rerun in real processes, end bitwise equal to an uninterrupted run
 (:mod:`support.hub`). The JAX side is ``tests/on_jax/test_keras_hub.py``.
 """
 
@@ -18,7 +18,14 @@ pytestmark = pytest.mark.tf
 
 
 @pytest.mark.parametrize(
-    "args", [("--model", "gemma", "--lora"), ("--model", "bert")], ids=" ".join
+    "args",
+    [
+        ("--model", "gemma", "--lora"),
+        ("--model", "gemma"),
+        ("--model", "bert", "--lora"),
+        ("--model", "bert"),
+    ],
+    ids=" ".join,
 )
 def test_a_task_model_killed_and_rerun_equals_uninterrupted(tmp_path, args) -> None:
     killed_and_rerun(str(tmp_path), *args)

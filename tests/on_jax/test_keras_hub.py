@@ -3,8 +3,8 @@
 A keras-hub ``Task`` takes a Grain ``MapDataset`` of raw strings and maps its
 preprocessing over it, refusing the generator of batches the agent used to
 hand it. Tiny models built from config (``GemmaCausalLM``,
-``BertTextClassifier`` with LoRA), SIGKILLed mid-epoch and rerun in real
-processes, end bitwise equal to an uninterrupted run (:mod:`support.hub`).
+``BertTextClassifier``, each with and without LoRA), SIGKILLed mid-epoch and
+rerun in real processes, end bitwise equal to an uninterrupted run (:mod:`support.hub`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ pytest.importorskip("keras_hub", reason="keras-hub is a test dependency (make te
 
 
 @pytest.mark.parametrize(
-    "args", [("--model", "gemma"), ("--model", "bert", "--lora")], ids=" ".join
+    "args",
+    [
+        ("--model", "gemma"),
+        ("--model", "gemma", "--lora"),
+        ("--model", "bert", "--lora"),
+        ("--model", "bert"),
+    ],
+    ids=" ".join,
 )
 def test_a_task_model_killed_and_rerun_equals_uninterrupted(tmp_path, args) -> None:
     killed_and_rerun(str(tmp_path), *args)
