@@ -4,7 +4,8 @@ A keras-hub ``Task`` takes a Grain ``MapDataset`` of raw strings and maps its
 preprocessing over it, refusing the generator of batches the agent used to
 hand it. Tiny models built from config (``GemmaCausalLM``,
 ``BertTextClassifier``, each with and without LoRA), SIGKILLed mid-epoch and
-rerun in real processes, end bitwise equal to an uninterrupted run (:mod:`support.hub`).
+rerun in real processes, end bitwise equal to an uninterrupted run
+(:mod:`support.hub`).
 """
 
 from __future__ import annotations
