@@ -48,18 +48,15 @@ class FakeTF:
             ),
         )
         self.distribute = types.SimpleNamespace(
-            OneDeviceStrategy=strategy("one"),
-            MirroredStrategy=strategy("mirrored"),
-            get_strategy=lambda: "default",
+            OneDeviceStrategy=strategy("one"), MirroredStrategy=strategy("mirrored")
         )
 
 
-def test_one_gpu_gets_the_default_strategy():
-    """Mock TensorFlow (no GPU exists here): one GPU -> TensorFlow's default
-    strategy (it places everything on that GPU), no OneDeviceStrategy."""
+def test_one_gpu_gets_one_device_strategy():
+    """Mock TensorFlow (no GPU exists here): one GPU -> OneDeviceStrategy."""
     tf = FakeTF(["Tesla T4"])
     strategy, gpus = gpu_strategy(tf)
-    assert strategy == "default" and tf.made == []
+    assert strategy == "one" and tf.made == [("one", "/device:GPU:0")]
     assert gpus == (GPUInfo("Tesla T4", (7, 5)),)
 
 

@@ -266,10 +266,10 @@ class TensorFlowBackend:
         """The strategy's kind and replicas (TensorFlow replicates variables)."""
         if strategy is None:
             return {}
-        kind = type(strategy).__name__
-        if kind.startswith("_Default"):  # TensorFlow's own, on one device
-            kind = "default (one device)"
-        return {"kind": kind, "replicas": int(strategy.num_replicas_in_sync)}
+        return {
+            "kind": type(strategy).__name__,
+            "replicas": int(strategy.num_replicas_in_sync),
+        }
 
     def fit_input(self, dataset: Any, model: Any) -> tuple[Any, Callable[[], None]]:
         """The dataset distributed as Keras would, its iterators deleted off
