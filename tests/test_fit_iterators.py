@@ -45,7 +45,13 @@ def model() -> keras.Model:
 @pytest.mark.timeout(900)
 def test_the_iterators_outlive_fit_and_die_on_the_reaper_thread():
     trained = model()
-    fed, release = tf_iterators.fit_input(dataset(), trained.distribute_strategy)
+    # Which thread deletes them is the point here, not how long a delete
+    # takes: without tf.data's autotuning a delete does not wait out its
+    # optimisation period (one took 11 minutes on a loaded machine).
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    quick = dataset().with_options(options)
+    fed, release = tf_iterators.fit_input(quick, trained.distribute_strategy)
     trained.fit(fed, epochs=3, steps_per_epoch=4, verbose=0)
 
     # fit has returned: without the agent's references its iterators would

@@ -5,7 +5,8 @@ preprocessing over it, refusing the generator of batches the agent used to
 hand it. Tiny models built from config (``GemmaCausalLM``,
 ``BertTextClassifier``, each with and without LoRA), SIGKILLed mid-epoch and
 rerun in real processes, end bitwise equal to an uninterrupted run
-(:mod:`support.hub`).
+(:mod:`support.hub`), with the default ``frozen="once"``: every checkpoint
+of a LoRA run holds the trained part only.
 """
 
 from __future__ import annotations

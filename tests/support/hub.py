@@ -57,4 +57,28 @@ def killed_and_rerun(tmp: str, *args: str) -> list[int]:
     # been uploading when it landed).
     assert len(restored) == 1 and restored[0] in (3, 6, 9), restored
     assert restored[0] % 5, restored
+    if "--lora" in args:
+        frozen_base_kept_apart(f"{tmp}/b", args)
     return restored
+
+
+def frozen_base_kept_apart(run_dir: str, args: tuple[str, ...]) -> None:
+    """Every checkpoint of a LoRA fine-tune holds the trained part only: the
+    frozen base is a shared object (``frozen="once"``, the default) or
+    stored nowhere, its SHA-256 recorded (``"rebuild"``)."""
+    import glob
+    import json
+
+    rebuild = "rebuild" in args
+    manifests = sorted(glob.glob(f"{run_dir}/checkpoints/*/MANIFEST.json"))
+    assert manifests
+    for path in manifests:
+        with open(path) as handle:
+            manifest = json.load(handle)
+        objects = manifest.get("objects") or {}
+        own = sum(f["size"] for f in manifest["files"])
+        if rebuild:
+            assert objects.get("rebuilt") and not objects["files"], path
+        else:
+            shared = sum(f["size"] for f in objects["files"])
+            assert shared > own, (path, shared, own)  # the base, apart

@@ -158,6 +158,9 @@ def main() -> int:
     parser.add_argument("--model", choices=("gemma", "bert"), required=True)
     parser.add_argument("--lora", action="store_true")
     parser.add_argument("--kill-at-step", type=int)
+    parser.add_argument(
+        "--frozen", choices=("once", "rebuild", "every"), default="once"
+    )
     args = parser.parse_args()
 
     import keras
@@ -181,6 +184,7 @@ def main() -> int:
         heartbeat_seconds=0.5,
         dead_after_seconds=1.5,
         prefer="cpu",
+        frozen=args.frozen,
     )
     agent.on_step(lambda step: kill_if_at(step, args.kill_at_step))
     restored: list[int] = []
