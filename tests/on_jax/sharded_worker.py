@@ -28,19 +28,10 @@ import tracemalloc
 
 def build(mesh: str | None, width: int):  # type: ignore[no-untyped-def]
     import keras
+    from mesh_worker import set_distribution  # the same user's ModelParallel
 
-    devices = keras.distribution.list_devices()
     if mesh is not None:
-        shape = tuple(int(n) for n in mesh.split(","))
-        device_mesh = keras.distribution.DeviceMesh(shape, ("batch", "model"), devices)
-        layout_map = keras.distribution.LayoutMap(device_mesh)
-        layout_map[".*dense.*kernel"] = (None, "model")
-        layout_map[".*dense.*bias"] = ("model",)
-        keras.distribution.set_distribution(
-            keras.distribution.ModelParallel(
-                layout_map=layout_map, batch_dim_name="batch"
-            )
-        )
+        set_distribution(mesh)
     model = keras.Sequential(
         [
             keras.Input((width,)),
