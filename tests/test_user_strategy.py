@@ -43,8 +43,9 @@ def test_the_users_strategy_is_kept_and_a_kill_resumes_bitwise(
     reference, tmp_path, how
 ) -> None:
     run, out = str(tmp_path / "run"), str(tmp_path / "w.npz")
-    # After the first checkpoint (step 5) has had a step to commit.
-    kill_at = random.Random().randint(7, TOTAL_STEPS - 4)
+    # From step 10 on a checkpoint has committed: the save at step 10 (done
+    # before the step's hook kills) first waits for step 5's upload to end.
+    kill_at = random.Random().randint(10, TOTAL_STEPS - 4)
     args = ("--user-strategy", how, "--events", str(tmp_path / "e.json"))
     died = train_agent(run, out, *args, "--kill-at-step", str(kill_at), expect_rc=-9)
     assert f"KILLING at step {kill_at}" in died.stdout  # it died training
