@@ -112,9 +112,39 @@ def test_a_model_passed_as_build_model_is_named_with_the_fix(tmp_path):
 
 
 def test_a_model_built_outside_the_strategy_scope_is_named(tmp_path):
+    # Under a strategy with a scope (one device alone trains under TensorFlow's
+    # default strategy, which has none to be outside of).
+    pinned = tf.distribute.OneDeviceStrategy("/cpu:0")
     built_before = classifier()
     with pytest.raises(ModelError, match="outside the strategy scope"):
-        agent_for(tmp_path / "run").fit(
+        agent_for(tmp_path / "run", strategy=pinned).fit(
             lambda: built_before, make_dataset, epochs=1, steps_per_epoch=4, verbose=0
         )
     assert "ModelError" in cr.inspect(str(tmp_path / "run")).detail
+
+
+def test_a_run_from_one_device_strategy_resumes_under_the_default_and_says_so(
+    tmp_path,
+):
+    """One device trains under TensorFlow's default strategy, as plain Keras
+    does; a run an earlier version trained inside ``OneDeviceStrategy`` (here
+    passed as the user's) resumes with the change named."""
+    pinned = tf.distribute.OneDeviceStrategy("/cpu:0")
+    earlier = agent_for(tmp_path / "run", strategy=pinned)
+    earlier.fit(
+        classifier,
+        make_dataset,
+        epochs=2,
+        steps_per_epoch=16,
+        verbose=0,
+        callbacks=[at_step(5, earlier.stop)],
+    )
+    assert earlier.stopped
+    resumed = agent_for(tmp_path / "run")
+    resumed.fit(classifier, make_dataset, epochs=2, steps_per_epoch=16, verbose=0)
+    assert resumed.events.recent(kind="checkpoint.restored")[0].step == 5
+    [changed] = resumed.events.recent(kind="run.runtime_changed")
+    assert changed.data["changes"] == [
+        "distribution.kind OneDeviceStrategy -> default (one device)"
+    ]
+    assert changed.data["now"]["distribution"]["replicas"] == 1

@@ -48,15 +48,18 @@ class FakeTF:
             ),
         )
         self.distribute = types.SimpleNamespace(
-            OneDeviceStrategy=strategy("one"), MirroredStrategy=strategy("mirrored")
+            OneDeviceStrategy=strategy("one"),
+            MirroredStrategy=strategy("mirrored"),
+            get_strategy=lambda: "default",
         )
 
 
-def test_one_gpu_gets_one_device_strategy():
-    """Mock TensorFlow (no GPU exists here): one GPU -> OneDeviceStrategy."""
+def test_one_gpu_gets_the_default_strategy():
+    """Mock TensorFlow (no GPU exists here): one GPU -> TensorFlow's default
+    strategy (it places everything on that GPU), no OneDeviceStrategy."""
     tf = FakeTF(["Tesla T4"])
     strategy, gpus = gpu_strategy(tf)
-    assert strategy == "one" and tf.made == [("one", "/device:GPU:0")]
+    assert strategy == "default" and tf.made == []
     assert gpus == (GPUInfo("Tesla T4", (7, 5)),)
 
 

@@ -219,7 +219,7 @@ def connect(
         prefer: ``"auto"`` (TPU, then GPU, then CPU), ``"tpu"``, ``"gpu"`` or
             ``"cpu"``.
         cpu_replicas: on the CPU, the number of logical devices for a
-            ``MirroredStrategy`` (1: ``OneDeviceStrategy``).
+            ``MirroredStrategy`` (1: TensorFlow's default strategy).
         precision: ``"auto"``, ``"float32"``, ``"mixed_bfloat16"`` or
             ``"mixed_float16"``; set as Keras' global policy.
         tpu: the ``TPUClusterResolver`` target, overriding detection.

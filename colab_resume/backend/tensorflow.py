@@ -266,10 +266,10 @@ class TensorFlowBackend:
         """The strategy's kind and replicas (TensorFlow replicates variables)."""
         if strategy is None:
             return {}
-        return {
-            "kind": type(strategy).__name__,
-            "replicas": int(strategy.num_replicas_in_sync),
-        }
+        kind = type(strategy).__name__
+        if kind.startswith("_Default"):  # TensorFlow's own, on one device
+            kind = "default (one device)"
+        return {"kind": kind, "replicas": int(strategy.num_replicas_in_sync)}
 
     def fit_input(self, dataset: Any, model: Any) -> tuple[Any, Callable[[], None]]:
         """The dataset distributed as Keras would, its iterators deleted off
@@ -283,6 +283,7 @@ class TensorFlowBackend:
 
         from colab_resume.backend.tf_iterators import fit_input
 
+        _record_default_strategy(model)
         if type(model).fit is not keras.Model.fit:
             return dataset, lambda: None
         return fit_input(dataset, model.distribute_strategy)
@@ -375,3 +376,21 @@ class TensorFlowBackend:
             lambda: [v.read_value() for v in inner]
         )
         return reader
+
+
+def _record_default_strategy(model: Any) -> None:
+    """Record TensorFlow's default strategy on ``model`` if it recorded none.
+
+    Keras records the strategy in scope when a model is created, and builds
+    the compile metrics at the start of ``fit`` when there is one. The
+    default strategy (one device) has no scope to record, and Keras then
+    builds them at the first traced step: after a resumed epoch's metric
+    state is put back, which would find nothing to restore into. Recorded,
+    the model trains exactly as before (``distribute_strategy`` already
+    answered the default strategy) and its metrics exist when ``fit`` begins.
+    (A private attribute: Keras offers no public way to set it.)
+    """
+    import tensorflow as tf
+
+    if getattr(model, "_distribute_strategy", False) is None:
+        model._distribute_strategy = tf.distribute.get_strategy()
