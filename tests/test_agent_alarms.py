@@ -42,8 +42,10 @@ def agent_for(run_dir, **options) -> cr.Agent:
     return cr.Agent(str(run_dir), **{**defaults, **options})
 
 
-def stopped_at(run_dir, step: int, build=classifier, steps_per_epoch: int = 16):
-    agent = agent_for(run_dir)
+def stopped_at(
+    run_dir, step: int, build=classifier, steps_per_epoch: int = 16, **options
+):
+    agent = agent_for(run_dir, **options)
     agent.fit(
         build,
         make_dataset,
@@ -129,17 +131,7 @@ def test_a_run_from_one_device_strategy_resumes_under_the_default_and_says_so(
     """One device trains under TensorFlow's default strategy, as plain Keras
     does; a run an earlier version trained inside ``OneDeviceStrategy`` (here
     passed as the user's) resumes with the change named."""
-    pinned = tf.distribute.OneDeviceStrategy("/cpu:0")
-    earlier = agent_for(tmp_path / "run", strategy=pinned)
-    earlier.fit(
-        classifier,
-        make_dataset,
-        epochs=2,
-        steps_per_epoch=16,
-        verbose=0,
-        callbacks=[at_step(5, earlier.stop)],
-    )
-    assert earlier.stopped
+    stopped_at(tmp_path / "run", 5, strategy=tf.distribute.OneDeviceStrategy("/cpu:0"))
     resumed = agent_for(tmp_path / "run")
     resumed.fit(classifier, make_dataset, epochs=2, steps_per_epoch=16, verbose=0)
     assert resumed.events.recent(kind="checkpoint.restored")[0].step == 5
