@@ -126,7 +126,7 @@ def test_all_phases_passing_pass(tree):
     assert result.returncode == 0, output
     assert ran == [
         *("ruff", "ruff", "mypy", "lint-imports"),
-        # The JAX phase runs twice: the files two workers share, then the
+        # The JAX phase runs twice: the files three workers share, then the
         # multi-process ones alone.
         *("mkdocs", "suite", "jax", "jax", "browser"),
     ], output
