@@ -104,7 +104,9 @@ class CheckpointConfig:
             only for the copy of the variables to host memory.
         shard_bytes: split the data into shards of about this size, so
             uploads run in parallel and report progress.
-        workers: parallel transfers.
+        workers: how many files to transfer at once (None: as many as suit
+            the store, its ``transfer_streams``: 16 on Cloud Storage, 8 on
+            Drive, 4 on a local disk).
         progress_seconds: transfers shorter than this report no progress.
         format: ``"portable"`` (host arrays both backends read; TensorFlow's
             own format only where a state group is an opaque trackable) or
@@ -126,7 +128,7 @@ class CheckpointConfig:
     io_device: str | None = None
     async_write: bool = True
     shard_bytes: int = 32 << 20
-    workers: int = 8
+    workers: int | None = None
     progress_seconds: float = 2.0
     format: str = formats.PORTABLE
     frozen: str = FROZEN_ONCE
@@ -153,8 +155,8 @@ class CheckpointConfig:
             fail("shard_bytes", "an int >= 1 MiB")
         if self.format not in formats.REGISTRY:
             fail("format", " or ".join(repr(f) for f in formats.REGISTRY))
-        if not _is_int(self.workers) or self.workers < 1:
-            fail("workers", "an int >= 1")
+        if self.workers is not None and (not _is_int(self.workers) or self.workers < 1):
+            fail("workers", "an int >= 1 or None")
         if self.frozen not in FROZEN_MODES:
             close = difflib.get_close_matches(str(self.frozen), FROZEN_MODES, n=1)
             raise ValueError(
@@ -214,6 +216,8 @@ class CheckpointManager:
             raise TypeError(f"pass config= or {sorted(options)}, not both.")
         self.config = config if config is not None else CheckpointConfig(**options)
         self.storage = storage
+        # How many files move at once: the user's, or what suits the store.
+        self.workers: int = self.config.workers or storage.store.transfer_streams
         self.lease = lease
         self.process = process
         self._fence = fence
@@ -420,9 +424,7 @@ class CheckpointManager:
             fresh = objects.to_upload(self.storage, new_objects)
         uploads += fresh
         upload_bytes = sum(os.path.getsize(local) for local, _ in uploads)
-        parallel, _ = transfer.upload_plan(
-            staging_bytes(upload_bytes), self.config.workers
-        )
+        parallel, _ = transfer.upload_plan(staging_bytes(upload_bytes), self.workers)
         self._estimate_objects(
             name.step,
             sum(os.path.getsize(local) for local, _ in fresh),
@@ -441,7 +443,7 @@ class CheckpointManager:
             self.storage,
             uploads,
             progress=progress,
-            workers=self.config.workers,
+            workers=self.workers,
             # The files' size, not the state's nbytes: what is uploaded, in
             # either format (TensorFlow's nbytes cannot size every trackable).
             memory_bytes=staging_bytes(upload_bytes),
@@ -584,7 +586,7 @@ class CheckpointManager:
             transfer.upload(
                 self.storage,
                 [(os.path.join(staging, f), f"{name.path}/{f}") for f in files],
-                workers=self.config.workers,
+                workers=self.workers,
                 memory_bytes=staging_bytes(sum(e.size for e in entries)),
             )
         write_marker(self.storage, name, self.process, entries)
@@ -654,7 +656,7 @@ class CheckpointManager:
             self.storage,
             scratch_dir=self._staging_root,
             events=self._events,
-            workers=self.config.workers,
+            workers=self.workers,
             progress_seconds=self.config.progress_seconds,
         )
 
@@ -705,7 +707,7 @@ class CheckpointManager:
             read=read,
             events=self._events,
             scratch_dir=self._staging_root,
-            workers=self.config.workers,
+            workers=self.workers,
             progress_seconds=self.config.progress_seconds,
             max_bytes=size_bound(training_state.structure),
             prefetch=prefetch,

@@ -133,6 +133,10 @@ class DriveStore(Store):
     service = "Drive"
     daily_upload_bytes = defaults.DRIVE_DAILY_UPLOAD_BYTES
     upload_stream_bytes_per_second = defaults.DRIVE_UPLOAD_STREAM_BYTES_PER_SECOND
+    # Each upload is a resumable session of several requests and names its
+    # file in the run's index; Drive answers bursts with 403/429 rate limits
+    # (retried with backoff), so fewer streams than on Cloud Storage.
+    transfer_streams = 8
 
     def __init__(
         self, url: str, protocol: str, root: str, storage_options: dict[str, Any]

@@ -196,6 +196,11 @@ class GcsStore(FsspecStore):
     checked by :meth:`check`.
     """
 
+    # Cloud Storage serves each object from many frontends and sets no
+    # per-user request limit a checkpoint's files approach: one stream
+    # (tens of MB/s) is the ceiling, so more streams move more.
+    transfer_streams = 16
+
     def __init__(
         self, url: str, protocol: str, root: str, storage_options: dict[str, Any]
     ) -> None:

@@ -42,6 +42,10 @@ class LocalStore(FsspecStore):
     rather than being followed.
     """
 
+    # An upload is a rename on the same disk and a download a read from it:
+    # a few at a time keep the disk busy, more only contend for it.
+    transfer_streams = 4
+
     def __init__(
         self, url: str, protocol: str, root: str, storage_options: dict[str, Any]
     ) -> None:

@@ -115,10 +115,15 @@ class Store(abc.ABC):
         upload_stream_bytes_per_second: what one upload stream to this kind
             of storage typically moves, to estimate a long upload before it
             starts; None: not known (or fast enough not to matter).
+        transfer_streams: how many of a checkpoint's files to move to or
+            from this kind of storage at once (a checkpoint's ``workers``
+            when the user set none): enough to keep a far link busy, few
+            enough not to trip the service's own limits.
     """
 
     principal = "the local user"
     service = "the store"
+    transfer_streams = 8
     heartbeat_seconds: float | None = None
     daily_upload_bytes: float | None = None
     upload_stream_bytes_per_second: float | None = None
