@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 from support.processes import run_cli, train_agent
+from support.toy import tiny_fit_parts
 
 from colab_resume.checkpoint.cadence import AutoCadence, Evidence
 from colab_resume.checkpoint.triggers import SaveTriggers, TriggerOptions
@@ -282,22 +282,13 @@ def test_a_fit_with_auto_saves_says_why_and_the_next_session_counts_a_death(
     interval due: saves happen for the reason "auto" and the choice is an
     event. Then a session SIGKILLed mid-run: the next one's evidence counts
     that death."""
-    tf = pytest.importorskip(
-        "tensorflow", reason="the agent trains with TensorFlow here"
-    )
-    import keras
-
+    pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow here")
     import colab_resume as cr
 
-    x = np.random.RandomState(0).randn(64, 4).astype("float32")
-
-    def build_model() -> keras.Model:
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
-        return model
+    build_model, data = tiny_fit_parts()  # a Dense(1), 8 batches an epoch
 
     def make_dataset(epoch: int):
-        return tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8)
+        return data
 
     agent = cr.Agent(
         str(tmp_path / "run"),
@@ -339,23 +330,14 @@ def test_on_drive_the_upload_cap_sets_the_interval_from_the_first_save(
     interval, priced from the committed checkpoint's size, and the event
     says so. The next session knows the size from the checkpoint it
     restored: its first choice is already held by the cap."""
-    tf = pytest.importorskip(
-        "tensorflow", reason="the agent trains with TensorFlow here"
-    )
-    import keras
-
+    pytest.importorskip("tensorflow", reason="the agent trains with TensorFlow here")
     import colab_resume as cr
     from colab_resume.checkpoint.cadence import budget_interval
 
-    x = np.random.RandomState(0).randn(64, 4).astype("float32")
-
-    def build_model() -> keras.Model:
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
-        return model
+    build_model, data = tiny_fit_parts()  # a Dense(1), 8 batches an epoch
 
     def make_dataset(epoch: int):
-        return tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8)
+        return data
 
     def fit(epochs: int) -> cr.Agent:
         agent = cr.Agent(

@@ -19,10 +19,10 @@ import json
 import math
 import time
 
-import numpy as np
 import pytest
 from support import wait_for
 from support.processes import run_cli
+from support.toy import tiny_fit_parts
 
 from colab_resume.checkpoint.cadence import AutoCadence, Evidence, young_interval
 from colab_resume.heartbeat.liveness import DEAD, read_status
@@ -92,8 +92,7 @@ def test_a_tally_with_no_step_kept_stops_neither_report_nor_an_auto_session(
 ):
     """The issue's record, planted; a real ``colab-resume report`` and a
     real ``save_every="auto"`` fit on the same run directory."""
-    tf = pytest.importorskip("tensorflow", reason="the agent trains with it here")
-    import keras
+    pytest.importorskip("tensorflow", reason="the agent trains with it here")
 
     import colab_resume as cr
 
@@ -106,15 +105,10 @@ def test_a_tally_with_no_step_kept_stops_neither_report_nor_an_auto_session(
     assert "Traceback" not in shown
     assert "goodput" in shown and "session 1: died" in shown
 
-    x = np.random.RandomState(0).randn(32, 4).astype("float32")
-
-    def build_model() -> keras.Model:
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
-        return model
+    build_model, data = tiny_fit_parts()  # a Dense(1), 8 batches an epoch
 
     def make_dataset(epoch: int):
-        return tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8)
+        return data
 
     agent = cr.Agent(run_dir, prefer="cpu", save_every="auto")
     agent.fit(build_model, make_dataset, epochs=1, steps_per_epoch=4, verbose=0)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from support.hostile import checkpoint_manager as manager
+from support.toy import tiny_fit_parts
 
 from colab_resume.events import EventLog
 from colab_resume.protocol import extras as agent_extras
@@ -178,15 +179,10 @@ def test_a_fit_whose_newest_checkpoint_has_wrong_callbacks_resumes_from_the_one_
     import colab_resume as cr
 
     run_dir = str(tmp_path / "run")
-    x = np.random.RandomState(0).randn(32, 4).astype("float32")
-
-    def build_model() -> keras.Model:
-        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-        model.compile(optimizer="sgd", loss="mse")
-        return model
+    build_model, data = tiny_fit_parts()  # a Dense(1), 8 batches an epoch
 
     def make_dataset(epoch: int):
-        return tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(8)
+        return data
 
     def fit(epochs: int) -> cr.Agent:
         agent = cr.Agent(run_dir, prefer="cpu", save_every_steps=2, keep=5)
