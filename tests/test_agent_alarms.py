@@ -140,3 +140,8 @@ def test_a_run_from_one_device_strategy_resumes_under_the_default_and_says_so(
         "distribution.kind OneDeviceStrategy -> default (one device)"
     ]
     assert changed.data["now"]["distribution"]["replicas"] == 1
+    [built] = resumed.events.recent(kind="runtime.strategy")
+    assert built.message.startswith(
+        "training under TensorFlow's default strategy (one device, as plain Keras), "
+        "built by the agent"
+    ), built.message

@@ -75,7 +75,24 @@ class TensorFlowConnector:
             return self._keep(*self._users)
         strategy = self._connect()
         _MADE.add(strategy)
+        self._say_built(strategy)
         return strategy
+
+    def _say_built(self, strategy: Any) -> None:
+        """The ``runtime.strategy`` event for a strategy the agent built."""
+        name = type(strategy).__name__
+        detail = f"{int(strategy.num_replicas_in_sync)} replicas"
+        if name.startswith("_Default"):
+            name, detail = "TensorFlow's default strategy", "one device, as plain Keras"
+        elif name == "OneDeviceStrategy":
+            detail = "pinned to the CPU beside a GPU"
+        self._accelerator.emit(
+            "runtime.strategy",
+            f"training under {name} ({detail}), built by the agent: pass "
+            f"strategy= (or enter your strategy's scope) to train under your own",
+            strategy=type(strategy).__name__,
+            given="built by the agent",
+        )
 
     def _connect(self) -> Any:
         a = self._accelerator
