@@ -185,6 +185,7 @@ def test_colab_tpu_vm_resolves_local_and_skips_cluster_connect(world):
         "runtime.tpu.attempt",
         "runtime.precision",
         "runtime.connected",
+        "runtime.strategy",
     ]
     (note,) = [e.message for e in world.events.recent(kind="runtime.precision")]
     assert "set Keras' global policy to mixed_bfloat16 on the TPU" in note
