@@ -240,6 +240,46 @@ def test_all_damaged_raises_with_listing(storage):
         assert line in text
 
 
+def beat_reporting(storage, lease: int, checkpoint_step) -> None:  # type: ignore[no-untyped-def]
+    """Lease ``lease``'s last heartbeat, as its session wrote it."""
+    from colab_resume.protocol.records import BeatRecord, to_json
+    from colab_resume.protocol.rundir import heartbeat_path
+
+    beat = BeatRecord(
+        session_id="s1", host="vm", lease=lease, beat=3, state="training",
+        step=4, progress_at=None, since_progress_s=0.0, written_at=time.time(),
+        checkpoint_step=checkpoint_step,
+    )  # fmt: skip
+    storage.write_json(heartbeat_path(lease), to_json(beat))
+
+
+def test_a_run_whose_first_upload_was_cut_short_starts_from_step_0(storage):
+    """A session killed while its first checkpoint uploaded leaves data files
+    and no manifest, and no beat of it ever named a committed checkpoint:
+    the next session starts from step 0 (it was refused, for good, with
+    "has checkpoints but none can be restored"), saying so."""
+    save_steps(manager(storage), [3])
+    storage.delete(CheckpointName(3, 1).manifest_path)  # what the kill left
+    beat_reporting(storage, 1, None)
+    events = EventLog()
+    assert manager(storage, lease=2, events=events).restore(make_state(0)) is None
+    (said,) = events.recent(kind="checkpoint.none_committed")
+    assert said.level == "warning" and "starts from step 0" in said.message
+    assert said.data["left"] == ["step-000000003.e00000001"]
+
+
+def test_a_run_whose_committed_manifests_vanished_is_still_refused(storage):
+    """The same directory, but a beat reported a checkpoint committed at
+    step 3: its manifest was removed, not never written. Starting over
+    would silently lose the run: refused, naming the beat."""
+    save_steps(manager(storage), [3])
+    storage.delete(CheckpointName(3, 1).manifest_path)
+    beat_reporting(storage, 1, 3)
+    with pytest.raises(NoValidCheckpointError) as caught:
+        manager(storage, lease=2).restore(make_state(0))
+    assert "reported a committed checkpoint at step 3" in str(caught.value)
+
+
 def test_structure_mismatch_names_the_variables(storage):
     save_steps(manager(storage), [1])
     other = make_state(0, rows=65)

@@ -162,6 +162,7 @@ class KerasFit:
             # VAEs) has nothing to build: Keras would try, under a strategy,
             # and fail ("Unable to automatically build the model").
             model.built = True
+        _build_preprocessor(model)
         self.model = model
         self._state = None
 
@@ -449,6 +450,27 @@ def _make_progbar(driver: KerasFit) -> Any:
     from colab_resume.agent.keras_hooks import RunProgbar
 
     return RunProgbar(driver)
+
+
+def _build_preprocessor(model: Any) -> None:
+    """Build a keras-hub task's preprocessor now, on the training thread.
+
+    A keras-hub preprocessor creates its packer in ``build()``, at its
+    first call. A task's own ``fit`` maps it over a Grain dataset as it is
+    handed one, on Grain's reading threads, several at once: their
+    ``build()`` calls race, and one that adds the packer after another
+    finished raises "You cannot add new elements of state ... to a layer
+    that is already built" (on 8 threads, 14 tries in 20). Built first, the
+    calls only read it. A preprocessor that cannot be built without its
+    input's shape is left as it is, to build as it would without the agent.
+    """
+    preprocessor = getattr(model, "preprocessor", None)
+    if preprocessor is None or getattr(preprocessor, "built", True):
+        return
+    try:
+        preprocessor.build(None)
+    except Exception:  # noqa: BLE001 - not ours to fail: fit builds it as before
+        return
 
 
 def _outside_scope(model: Any) -> bool:

@@ -51,7 +51,8 @@ from colab_resume.events import EventLog
 from colab_resume.protocol import commit
 from colab_resume.protocol.listing import CheckpointDir
 from colab_resume.protocol.manifest import Manifest
-from colab_resume.protocol.rundir import MANIFEST, CheckpointName
+from colab_resume.protocol.records import BeatRecord, parse
+from colab_resume.protocol.rundir import HEARTBEAT_DIR, MANIFEST, CheckpointName
 from colab_resume.storage import Storage
 
 
@@ -292,6 +293,29 @@ def restore_latest(
         prefetch.close()
     if not listing.checkpoints:
         return None
+    if not any(d.committed or d.committed_late for d in listing.checkpoints):
+        committed_once = _committed_once(storage)
+        if committed_once is None:
+            # A session died during the first upload of the run: nothing
+            # was ever committed, so there is nothing to resume from.
+            events.emit(
+                "checkpoint.none_committed",
+                f"no checkpoint of this run was ever committed "
+                f"({_count(listing.checkpoints)}, left by a session that died "
+                f"uploading): training starts from step 0; the first save "
+                f"removes what was left",
+                level="warning",
+                left=[d.name.dirname for d in listing.checkpoints],
+            )
+            return None
+        skipped.append(
+            (
+                "(heartbeats)",
+                f"a session reported a committed checkpoint at step "
+                f"{committed_once}; none is committed now (its {MANIFEST} was "
+                f"removed?)",
+            )
+        )
     reasons = "\n".join(f"  {name}: {why}" for name, why in skipped) or "  (none)"
     raise NoValidCheckpointError(
         f"{storage.url} has checkpoints but none can be restored.\n"
@@ -300,6 +324,32 @@ def restore_latest(
         f"checkpoint from a backup, or delete checkpoints/ to start the run from "
         f"scratch on purpose."
     )
+
+
+def _count(directories: tuple[CheckpointDir, ...]) -> str:
+    n = len(directories)
+    return "one uncommitted directory" if n == 1 else f"{n} uncommitted directories"
+
+
+def _committed_once(storage: Storage) -> int | None:
+    """The newest step any session's heartbeat reported committed, or None.
+
+    Tells a run whose first upload was cut short (no beat ever named a
+    committed checkpoint) from one whose committed checkpoints lost their
+    manifests (a beat did): the first starts over, the second is refused.
+    A beat that cannot be read counts as no report.
+    """
+    steps: list[int] = []
+    for info in storage.list(HEARTBEAT_DIR):
+        if not info.path.endswith(".json"):
+            continue
+        try:
+            beat = parse(BeatRecord, storage.read_json(info.path), info.path)
+        except (CorruptRecordError, FileNotFoundError, ValueError):
+            continue
+        if beat.checkpoint_step is not None:
+            steps.append(beat.checkpoint_step)
+    return max(steps) if steps else None
 
 
 _STATE_TEXT = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 from support.compare import load
 from support.processes import WORKERS, python_path
@@ -82,3 +83,38 @@ def frozen_base_kept_apart(run_dir: str, args: tuple[str, ...]) -> None:
         else:
             shared = sum(f["size"] for f in objects["files"])
             assert shared > own, (path, shared, own)  # the base, apart
+
+
+def called_at_once(preprocessor: Any, threads: int = 8) -> list[Exception]:
+    """Call ``preprocessor`` on a sentence from ``threads`` threads released
+    together, as Grain's reading threads do; what they raised."""
+    import threading
+
+    start, failures = threading.Barrier(threads), []
+
+    def call() -> None:
+        start.wait()
+        try:
+            preprocessor(["the quick fox"])
+        except Exception as exc:  # noqa: BLE001 - what a race raises
+            failures.append(exc)
+
+    running = [threading.Thread(target=call) for _ in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+    return failures
+
+
+def worker_module() -> Any:
+    """``tests/workers/hub_worker.py`` as a module: its tiny models' parts."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "hub_worker", os.path.join(WORKERS, "hub_worker.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
