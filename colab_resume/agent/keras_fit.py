@@ -460,7 +460,7 @@ def _build_preprocessor(model: Any) -> None:
     handed one, on Grain's reading threads, several at once: their
     ``build()`` calls race, and one that adds the packer after another
     finished raises "You cannot add new elements of state ... to a layer
-    that is already built" (on 8 threads, 14 tries in 20). Built first, the
+    that is already built" (4 tries in 10 on 8 threads). Built first, the
     calls only read it. A preprocessor that cannot be built without its
     input's shape is left as it is, to build as it would without the agent.
     """
