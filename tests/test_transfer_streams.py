@@ -13,25 +13,14 @@ import os
 import threading
 
 import pytest
+from support.hostile import checkpoint_manager
 
 from colab_resume.checkpoint import transfer
-from colab_resume.checkpoint.manager import CheckpointConfig, CheckpointManager
-from colab_resume.events import EventLog
+from colab_resume.checkpoint.manager import CheckpointConfig
 from colab_resume.storage import Storage
 from colab_resume.storage.drive import DriveStore
 from colab_resume.storage.gcs import GcsStore
 from colab_resume.storage.local import LocalStore
-
-
-def manager_of(storage: Storage, tmp_path, **options) -> CheckpointManager:
-    return CheckpointManager(
-        storage,
-        lease=1,
-        fence=lambda: None,
-        events=EventLog(),
-        staging_dir=str(tmp_path / "staging"),
-        **options,
-    )
 
 
 class InFlight:
@@ -74,7 +63,7 @@ def test_the_stores_say_how_many_transfers_suit_them() -> None:
 
 def test_a_save_moves_as_many_files_at_once_as_its_store_suits(tmp_path) -> None:
     storage = Storage(str(tmp_path / "run"))
-    with manager_of(storage, tmp_path) as manager:
+    with checkpoint_manager(storage, tmp_path) as manager:
         assert manager.workers == LocalStore.transfer_streams
     files = 3 * manager.workers
     local = tmp_path / "files"
@@ -95,7 +84,7 @@ def test_a_save_moves_as_many_files_at_once_as_its_store_suits(tmp_path) -> None
 
 def test_workers_the_user_set_win(tmp_path) -> None:
     storage = Storage(str(tmp_path / "run"))
-    with manager_of(storage, tmp_path, workers=2) as manager:
+    with checkpoint_manager(storage, tmp_path, workers=2) as manager:
         assert manager.workers == 2
     with pytest.raises(ValueError, match="workers must be an int >= 1 or None"):
         CheckpointConfig(workers=0)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from colab_resume.backend.base import CustomLoop, StepHooks
 from colab_resume.backend.host_pieces import HostPieces
 from colab_resume.backend.numpy_batches import epoch_batches
+from colab_resume.backend.tf_devices import is_default
 from colab_resume.data.contract import DatasetError, accepts_skip
 
 if (
@@ -266,9 +267,9 @@ class TensorFlowBackend:
         """The strategy's kind and replicas (TensorFlow replicates variables)."""
         if strategy is None:
             return {}
-        kind = type(strategy).__name__
-        if kind.startswith("_Default"):  # TensorFlow's own, on one device
-            kind = "default (one device)"
+        kind = (
+            "default (one device)" if is_default(strategy) else type(strategy).__name__
+        )
         return {"kind": kind, "replicas": int(strategy.num_replicas_in_sync)}
 
     def fit_input(self, dataset: Any, model: Any) -> tuple[Any, Callable[[], None]]:

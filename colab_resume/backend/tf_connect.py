@@ -82,7 +82,7 @@ class TensorFlowConnector:
         """The ``runtime.strategy`` event for a strategy the agent built."""
         name = type(strategy).__name__
         detail = f"{int(strategy.num_replicas_in_sync)} replicas"
-        if name.startswith("_Default"):
+        if tf_devices.is_default(strategy):
             name, detail = "TensorFlow's default strategy", "one device, as plain Keras"
         elif name == "OneDeviceStrategy":
             detail = "pinned to the CPU beside a GPU"

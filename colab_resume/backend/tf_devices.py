@@ -90,6 +90,11 @@ def one_device(tf: Any) -> Any:
     return tf.distribute.get_strategy()
 
 
+def is_default(strategy: Any) -> bool:
+    """Whether ``strategy`` is TensorFlow's default one (a private class)."""
+    return type(strategy).__name__.startswith("_Default")
+
+
 def _logical_cpus(tf: Any) -> list[str]:
     return [d.name for d in tf.config.list_logical_devices("CPU")]
 

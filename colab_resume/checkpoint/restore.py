@@ -340,7 +340,7 @@ def _committed_once(storage: Storage) -> int | None:
     A beat that cannot be read counts as no report.
     """
     steps: list[int] = []
-    for info in storage.list(HEARTBEAT_DIR):
+    for info in storage.list(HEARTBEAT_DIR + "/"):
         if not info.path.endswith(".json"):
             continue
         try:

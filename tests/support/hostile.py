@@ -34,15 +34,18 @@ def stopped_run(url: str, options: dict) -> Storage:
     return storage
 
 
-def checkpoint_manager(storage: Storage, tmp_path, events=None) -> CheckpointManager:
-    """Lease 1's manager, never fenced, keeping 5: what restore tests damage."""
+def checkpoint_manager(
+    storage: Storage, tmp_path, events=None, **options
+) -> CheckpointManager:
+    """Lease 1's manager, never fenced, keeping 5 (unless ``options`` say
+    otherwise): what restore tests damage."""
     return CheckpointManager(
         storage,
         lease=1,
         fence=lambda: None,
         events=events or EventLog(),
         staging_dir=str(tmp_path / "staging"),
-        keep=5,
+        **{"keep": 5, **options},
     )
 
 
